@@ -1,0 +1,509 @@
+/* snapfg: nbdkit plugin serving a live origin and point-in-time snapshots
+ * of it with dm-snapshot semantics.  This file is the glue: it parses
+ * parameters and maps nbdkit callbacks onto the engine in src/.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+
+#define NBDKIT_API_VERSION 2
+#include <nbdkit-plugin.h>
+
+#include "engine.h"
+#include "snapfg-log.h"
+
+/* Parameters (see nbdkit-snapfg-plugin(1)). */
+static char *origin_path;
+static char *cow_path;
+static const char *store_type = "transient";
+static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
+static int64_t cow_size;
+static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
+static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
+
+static struct snapfg_engine *engine;
+
+static void
+log_error (const char *fmt, va_list args)
+{
+  nbdkit_verror (fmt, args);
+}
+
+static void
+log_debug (const char *fmt, va_list args)
+{
+  nbdkit_vdebug (fmt, args);
+}
+
+static void
+plugin_load (void)
+{
+  snapfg_set_log (log_error, log_debug);
+}
+
+static void
+plugin_unload (void)
+{
+  snapfg_engine_close (engine);
+  engine = NULL;
+  free (origin_path);
+  free (cow_path);
+}
+
+/* Parse a size parameter; nbdkit_parse_size names the value on error. */
+static int
+parse_size_param (const char *key, const char *value, int64_t *out)
+{
+  int64_t size = nbdkit_parse_size (value);
+
+  if (size == -1)
+    return -1;
+  *out = size;
+  return 0;
+}
+
+static int
+plugin_config (const char *key, const char *value)
+{
+  const char *problem;
+
+  if (strcmp (key, "origin") == 0) {
+    free (origin_path);
+    origin_path = nbdkit_realpath (value);
+    if (origin_path == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "cow") == 0) {
+    free (cow_path);
+    /* The COW file may not exist yet: make the path absolute without
+     * resolving it.
+     */
+    cow_path = nbdkit_absolute_path (value);
+    if (cow_path == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "store") == 0) {
+    if (strcmp (value, "transient") == 0)
+      store_type = "transient";
+    else if (strcmp (value, "persistent") == 0) {
+      nbdkit_error ("store=persistent: the persistent store (dm-snapshot's "
+                    "on-disk format) is not implemented in this version; "
+                    "use store=transient");
+      return -1;
+    }
+    else {
+      nbdkit_error ("store=%s: unknown store type "
+                    "(expected transient or persistent)", value);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "chunk-size") == 0) {
+    if (parse_size_param (key, value, &chunk_size) == -1)
+      return -1;
+    problem = snapfg_check_chunk_size (chunk_size);
+    if (problem) {
+      nbdkit_error ("chunk-size=%s: %s", value, problem);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "cow-size") == 0) {
+    if (parse_size_param (key, value, &cow_size) == -1)
+      return -1;
+    if (cow_size == 0) {
+      nbdkit_error ("cow-size=%s: must be greater than zero", value);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "block-size") == 0) {
+    if (parse_size_param (key, value, &block_size) == -1)
+      return -1;
+    problem = snapfg_check_block_size (block_size);
+    if (problem) {
+      nbdkit_error ("block-size=%s: %s", value, problem);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "locking") == 0) {
+    if (strcmp (value, "striped") == 0)
+      locking = SNAPFG_LOCKING_STRIPED;
+    else if (strcmp (value, "global") == 0)
+      locking = SNAPFG_LOCKING_GLOBAL;
+    else {
+      nbdkit_error ("locking=%s: unknown locking mode "
+                    "(expected striped or global)", value);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "control") == 0) {
+    nbdkit_error ("control=%s: the control socket is not implemented in "
+                  "this version", value);
+    return -1;
+  }
+  else {
+    nbdkit_error ("unknown parameter '%s' (see nbdkit-snapfg-plugin(1))",
+                  key);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+plugin_config_complete (void)
+{
+  struct snapfg_options opts = {
+    .origin_path = origin_path,
+    .locking = locking,
+    .block_size = block_size,
+  };
+
+  if (origin_path == NULL) {
+    nbdkit_error ("the origin= parameter is required "
+                  "(the disk to serve and snapshot)");
+    return -1;
+  }
+  if (cow_path == NULL) {
+    if (cow_size) {
+      nbdkit_error ("cow-size= given without cow=");
+      return -1;
+    }
+  }
+  else if (cow_size && cow_size < chunk_size) {
+    nbdkit_error ("cow-size=%" PRIi64 ": smaller than one chunk "
+                  "(chunk-size=%" PRIi64 ")", cow_size, chunk_size);
+    return -1;
+  }
+
+  if (snapfg_engine_open (&opts, &engine) < 0)
+    return -1;
+
+  if (cow_path) {
+    struct snapfg_snapshot_options snap = {
+      .name = SNAPFG_STARTUP_SNAPSHOT,
+      .cow_path = cow_path,
+      .store_type = store_type,
+      .chunk_size = chunk_size,
+      .cow_size = cow_size,
+    };
+    if (snapfg_snapshot_create (engine, &snap) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+#define plugin_config_help \
+  "origin=<FILE>         (required) The origin disk (file or block device).\n" \
+  "cow=<FILE>            COW store of the snapshot exported as \"snapshot\".\n" \
+  "store=transient       Exception store type.\n" \
+  "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
+  "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
+  "block-size=512|4096   Advertised minimum block size (default 512).\n" \
+  "locking=striped|global Exception table locking (default striped)."
+
+/* A connection's view: the origin, or one snapshot. */
+struct handle {
+  struct snapfg_snapshot *snapshot;   /* NULL: the origin */
+};
+
+/* "snapfg snapshot of ORIGIN (STORE, chunk N, COW PATH): STATUS" */
+static const char *
+describe_snapshot (struct snapfg_snapshot *s)
+{
+  char status[128], describe[512];
+
+  snapfg_snapshot_status (s, status, sizeof status);
+  snapfg_snapshot_describe (s, describe, sizeof describe);
+  return nbdkit_printf_intern ("snapfg snapshot of %s (%s): %s",
+                               snapfg_origin_path (engine), describe, status);
+}
+
+static const char *
+describe_origin (void)
+{
+  return nbdkit_printf_intern ("snapfg origin %s",
+                               snapfg_origin_path (engine));
+}
+
+static int
+plugin_list_exports (int readonly, int is_tls, struct nbdkit_exports *exports)
+{
+  size_t n = snapfg_snapshot_count (engine);
+  const char *description = describe_origin ();
+
+  if (description == NULL ||
+      nbdkit_add_export (exports, "origin", description) == -1)
+    return -1;
+  for (size_t i = 0; i < n; ++i) {
+    const char *name = snapfg_snapshot_name (engine, i);
+    struct snapfg_snapshot *s = name ? snapfg_find_snapshot (engine, name)
+      : NULL;
+
+    if (s == NULL)
+      continue;
+    description = describe_snapshot (s);
+    if (description == NULL ||
+        nbdkit_add_export (exports, name, description) == -1)
+      return -1;
+  }
+  return 0;
+}
+
+static const char *
+plugin_default_export (int readonly, int is_tls)
+{
+  return "origin";
+}
+
+static void *
+plugin_open (int readonly)
+{
+  const char *name = nbdkit_export_name ();
+  struct handle *h;
+
+  h = calloc (1, sizeof *h);
+  if (h == NULL) {
+    nbdkit_error ("calloc: %m");
+    return NULL;
+  }
+  if (name == NULL || strcmp (name, "") == 0 || strcmp (name, "origin") == 0)
+    h->snapshot = NULL;
+  else {
+    h->snapshot = snapfg_find_snapshot (engine, name);
+    if (h->snapshot == NULL) {
+      nbdkit_error ("unknown export \"%s\" (exports: origin and the "
+                    "snapshots listed by nbdinfo --list)", name);
+      free (h);
+      return NULL;
+    }
+  }
+  return h;
+}
+
+static void
+plugin_close (void *handle)
+{
+  free (handle);
+}
+
+static const char *
+plugin_export_description (void *handle)
+{
+  struct handle *h = handle;
+
+  return h->snapshot ? describe_snapshot (h->snapshot) : describe_origin ();
+}
+
+static int64_t
+plugin_get_size (void *handle)
+{
+  return snapfg_size (engine);
+}
+
+static int
+plugin_block_size (void *handle,
+                   uint32_t *minimum, uint32_t *preferred, uint32_t *maximum)
+{
+  struct handle *h = handle;
+
+  *minimum = snapfg_block_size (engine);
+  *preferred = snapfg_preferred_size (engine, h->snapshot);
+  *maximum = 0xffffffff;
+  return 0;
+}
+
+static int
+plugin_can_write (void *handle)
+{
+  return 1;
+}
+
+static int
+plugin_can_flush (void *handle)
+{
+  return 1;
+}
+
+static int
+plugin_can_fua (void *handle)
+{
+  return NBDKIT_FUA_NATIVE;
+}
+
+static int
+plugin_can_trim (void *handle)
+{
+  struct handle *h = handle;
+
+  /* Trimming a snapshot has no useful meaning (its chunks are either the
+   * origin's or a copy); only the origin advertises it.
+   */
+  return h->snapshot == NULL;
+}
+
+static int
+plugin_can_zero (void *handle)
+{
+  return 1;
+}
+
+static int
+plugin_can_fast_zero (void *handle)
+{
+  return 1;
+}
+
+static int
+plugin_can_extents (void *handle)
+{
+  return 1;
+}
+
+static int
+plugin_can_multi_conn (void *handle)
+{
+  /* A flush on any connection makes every completed write durable, on
+   * every export (DESIGN.md section 6).
+   */
+  return 1;
+}
+
+/* Engine results are 0 or -errno; nbdkit wants -1 and errno. */
+static int
+result (int r)
+{
+  if (r < 0) {
+    nbdkit_set_error (-r);
+    return -1;
+  }
+  return 0;
+}
+
+static unsigned
+request_flags (uint32_t flags)
+{
+  unsigned f = 0;
+
+  if (flags & NBDKIT_FLAG_FUA)
+    f |= SNAPFG_REQ_FUA;
+  if (flags & NBDKIT_FLAG_MAY_TRIM)
+    f |= SNAPFG_REQ_MAY_TRIM;
+  if (flags & NBDKIT_FLAG_FAST_ZERO)
+    f |= SNAPFG_REQ_FAST_ZERO;
+  if (flags & NBDKIT_FLAG_REQ_ONE)
+    f |= SNAPFG_REQ_ONE;
+  return f;
+}
+
+static int
+plugin_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
+              uint32_t flags)
+{
+  struct handle *h = handle;
+
+  if (h->snapshot)
+    return result (snapfg_snapshot_pread (h->snapshot, buf, count, offset));
+  return result (snapfg_origin_pread (engine, buf, count, offset));
+}
+
+static int
+plugin_pwrite (void *handle, const void *buf, uint32_t count,
+               uint64_t offset, uint32_t flags)
+{
+  struct handle *h = handle;
+
+  if (h->snapshot)
+    return result (snapfg_snapshot_pwrite (h->snapshot, buf, count, offset,
+                                           request_flags (flags)));
+  return result (snapfg_origin_pwrite (engine, buf, count, offset,
+                                       request_flags (flags)));
+}
+
+static int
+plugin_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  struct handle *h = handle;
+
+  if (h->snapshot)
+    return result (snapfg_snapshot_zero (h->snapshot, count, offset,
+                                         request_flags (flags)));
+  return result (snapfg_origin_zero (engine, count, offset,
+                                     request_flags (flags)));
+}
+
+static int
+plugin_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return result (snapfg_origin_trim (engine, count, offset,
+                                     request_flags (flags)));
+}
+
+static int
+plugin_flush (void *handle, uint32_t flags)
+{
+  return result (snapfg_flush (engine));
+}
+
+static int
+add_extent (void *opaque, uint64_t offset, uint64_t length, uint32_t type)
+{
+  struct nbdkit_extents *extents = opaque;
+
+  return nbdkit_add_extent (extents, offset, length, type) == -1 ? -EINVAL : 0;
+}
+
+static int
+plugin_extents (void *handle, uint32_t count, uint64_t offset,
+                uint32_t flags, struct nbdkit_extents *extents)
+{
+  struct handle *h = handle;
+
+  if (h->snapshot)
+    return result (snapfg_snapshot_extents (h->snapshot, count, offset,
+                                            request_flags (flags),
+                                            add_extent, extents));
+  return result (snapfg_origin_extents (engine, count, offset,
+                                        request_flags (flags),
+                                        add_extent, extents));
+}
+
+#define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
+
+static struct nbdkit_plugin plugin = {
+  .name               = "snapfg",
+  .longname           = "snapfg: live origin with dm-snapshot style snapshots",
+  .version            = PACKAGE_VERSION,
+  .load               = plugin_load,
+  .unload             = plugin_unload,
+  .config             = plugin_config,
+  .config_complete    = plugin_config_complete,
+  .config_help        = plugin_config_help,
+  .magic_config_key   = "origin",
+  .list_exports       = plugin_list_exports,
+  .default_export     = plugin_default_export,
+  .open               = plugin_open,
+  .close              = plugin_close,
+  .export_description = plugin_export_description,
+  .get_size           = plugin_get_size,
+  .block_size         = plugin_block_size,
+  .can_write          = plugin_can_write,
+  .can_flush          = plugin_can_flush,
+  .can_fua            = plugin_can_fua,
+  .can_trim           = plugin_can_trim,
+  .can_zero           = plugin_can_zero,
+  .can_fast_zero      = plugin_can_fast_zero,
+  .can_extents        = plugin_can_extents,
+  .can_multi_conn     = plugin_can_multi_conn,
+  .pread              = plugin_pread,
+  .pwrite             = plugin_pwrite,
+  .zero               = plugin_zero,
+  .trim               = plugin_trim,
+  .flush              = plugin_flush,
+  .extents            = plugin_extents,
+  .errno_is_preserved = 0,
+};
+
+NBDKIT_REGISTER_PLUGIN (plugin)

@@ -1,0 +1,89 @@
+/* snapfg: engine internals shared by engine.c, io-origin.c and
+ * io-snapshot.c.  Not for the plugin.
+ */
+#ifndef SNAPFG_ENGINE_INTERNAL_H
+#define SNAPFG_ENGINE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "device.h"
+#include "exception-table.h"
+#include "percpu-rwlock.h"
+#include "store.h"
+
+/* log2 of the number of stripes with locking=striped.  4096 stripes of
+ * 128 bytes: 512 KiB per snapshot, and two copy-outs or a copy-out and a
+ * read collide on a stripe lock with probability 1/4096.
+ */
+#define SNAPFG_STRIPE_BITS 12
+
+enum snapshot_state {
+  SNAPSHOT_VALID,
+  SNAPSHOT_INVALID,            /* COW full during an origin write, or I/O error */
+};
+
+struct snapfg_snapshot {
+  char *name;
+  struct snapfg_engine *engine;
+  struct snapfg_store *store;
+  struct exception_table table;
+  uint32_t chunk_size;
+  unsigned chunk_shift;
+  atomic_int state;            /* enum snapshot_state */
+  atomic_bool overflow;        /* a snapshot write found the store full */
+};
+
+struct snapfg_engine {
+  /* Geometry: read side on every request, write side to change it. */
+  struct percpu_rwlock geometry;
+
+  /* Protected by 'geometry'. */
+  uint32_t block_size;
+  struct snapfg_snapshot **snapshots;
+  size_t nsnapshots;
+  uint32_t min_chunk_size;     /* origin requests split at this size */
+
+  struct snapfg_device origin;
+  uint64_t size;               /* the origin's size, fixed */
+  enum snapfg_locking locking;
+
+  /* Test hook: SNAPFG_TEST_DELAY_US widens the race windows. */
+  unsigned test_delay_us;
+
+  /* A chunk's worth of zeroes (the largest chunk size), for zeroing
+   * snapshot chunks.  Read-only after open.
+   */
+  const void *zeroes;
+};
+
+static inline bool
+snapshot_is_valid (const struct snapfg_snapshot *s)
+{
+  return atomic_load_explicit (&s->state, memory_order_acquire)
+    == SNAPSHOT_VALID;
+}
+
+/* Mark a snapshot Invalid (once), telling its store; says why. */
+extern void snapshot_invalidate (struct snapfg_snapshot *s, const char *why,
+                                 int err);
+
+/* Sleep for the test hook, if set. */
+extern void engine_test_delay (const struct snapfg_engine *e);
+
+/* Copy origin chunk 'chunk' of snapshot s into its COW store and publish
+ * the exception, unless it is already remapped.  'data', if not NULL, is a
+ * snapshot write of 'count' bytes at 'offset_in_chunk' to be merged into
+ * the copy (SNAPFG_ZERO_DATA: zeroes).  Returns 0 if the chunk is (now)
+ * remapped and the write, if any, is done; 1 if the chunk was already
+ * remapped and a write was NOT done (the caller takes the fast path);
+ * -ENOSPC if the store is full, -EIO on an I/O error or Invalid snapshot.
+ */
+#define SNAPFG_ZERO_DATA ((const void *) 1)
+extern int snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
+                              const void *data, uint32_t count,
+                              uint32_t offset_in_chunk, uint64_t *new_chunk);
+
+#endif

@@ -1,0 +1,376 @@
+/* snapfg: the engine — opening the origin, taking snapshots, geometry and
+ * status.  The request paths are in io-origin.c, io-snapshot.c and
+ * copy-out.c.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <unistd.h>
+
+#include "engine-internal.h"
+#include "snapfg-log.h"
+
+const char *
+snapfg_check_chunk_size (int64_t chunk_size)
+{
+  if (chunk_size < SNAPFG_MIN_CHUNK_SIZE || chunk_size > SNAPFG_MAX_CHUNK_SIZE)
+    return "must be between 512 and 1M";
+  if ((chunk_size & (chunk_size - 1)) != 0)
+    return "must be a power of two";
+  return NULL;
+}
+
+const char *
+snapfg_check_block_size (int64_t block_size)
+{
+  if (block_size != 512 && block_size != 4096)
+    return "must be 512 or 4096";
+  return NULL;
+}
+
+int
+snapfg_engine_open (const struct snapfg_options *opts,
+                    struct snapfg_engine **ep)
+{
+  struct snapfg_engine *e;
+  const char *env;
+  int r;
+
+  e = calloc (1, sizeof *e);
+  if (e == NULL)
+    return -ENOMEM;
+  e->locking = opts->locking;
+  e->block_size = opts->block_size ? opts->block_size
+    : SNAPFG_DEFAULT_BLOCK_SIZE;
+
+  r = device_open (&e->origin, opts->origin_path, false);
+  if (r == -EACCES || r == -EROFS || r == -EPERM) {
+    /* Still usable for reading and for the snapshots' own writes. */
+    r = device_open (&e->origin, opts->origin_path, true);
+  }
+  if (r == -EINVAL) {
+    snapfg_error ("origin=%s: not a regular file or block device",
+                  opts->origin_path);
+    goto err_free;
+  }
+  if (r < 0) {
+    snapfg_error ("origin=%s: cannot open: %s",
+                  opts->origin_path, strerror (-r));
+    goto err_free;
+  }
+  if (e->origin.size == 0) {
+    snapfg_error ("origin=%s: is empty (size 0)", opts->origin_path);
+    r = -EINVAL;
+    goto err_close;
+  }
+  e->size = e->origin.size;
+
+  e->zeroes = calloc (1, SNAPFG_MAX_CHUNK_SIZE);
+  if (e->zeroes == NULL) {
+    r = -ENOMEM;
+    goto err_close;
+  }
+
+  r = percpu_rwlock_init (&e->geometry);
+  if (r < 0)
+    goto err_zeroes;
+
+  env = getenv ("SNAPFG_TEST_DELAY_US");
+  if (env && *env)
+    e->test_delay_us = strtoul (env, NULL, 10);
+
+  *ep = e;
+  return 0;
+
+ err_zeroes:
+  free ((void *) e->zeroes);
+ err_close:
+  device_close (&e->origin);
+ err_free:
+  free (e);
+  return r;
+}
+
+static void
+snapshot_free (struct snapfg_snapshot *s, bool clean)
+{
+  if (s->store)
+    s->store->ops->close (s->store, clean);
+  exception_table_destroy (&s->table);
+  free (s->name);
+  free (s);
+}
+
+void
+snapfg_engine_close (struct snapfg_engine *e)
+{
+  if (e == NULL)
+    return;
+  for (size_t i = 0; i < e->nsnapshots; ++i)
+    snapshot_free (e->snapshots[i], true);
+  free (e->snapshots);
+  percpu_rwlock_destroy (&e->geometry);
+  free ((void *) e->zeroes);
+  device_close (&e->origin);
+  free (e);
+}
+
+/* The smallest chunk size over all snapshots (or 0). */
+static uint32_t
+compute_min_chunk_size (const struct snapfg_engine *e)
+{
+  uint32_t min = 0;
+
+  for (size_t i = 0; i < e->nsnapshots; ++i)
+    if (min == 0 || e->snapshots[i]->chunk_size < min)
+      min = e->snapshots[i]->chunk_size;
+  return min;
+}
+
+static struct snapfg_snapshot *
+find_snapshot_locked (struct snapfg_engine *e, const char *name)
+{
+  for (size_t i = 0; i < e->nsnapshots; ++i)
+    if (strcmp (e->snapshots[i]->name, name) == 0)
+      return e->snapshots[i];
+  return NULL;
+}
+
+int
+snapfg_snapshot_create (struct snapfg_engine *e,
+                        const struct snapfg_snapshot_options *o)
+{
+  struct snapfg_store_params params = {
+    .type = o->store_type ? o->store_type : "transient",
+    .path = o->cow_path,
+    .chunk_size = o->chunk_size ? o->chunk_size : SNAPFG_DEFAULT_CHUNK_SIZE,
+    .cow_size = o->cow_size,
+    .origin = &e->origin,
+  };
+  struct snapfg_snapshot *s, **list;
+  const char *problem;
+  percpu_rwlock_token token;
+  bool exists;
+  int r;
+
+  problem = snapfg_check_chunk_size (params.chunk_size);
+  if (problem) {
+    snapfg_error ("chunk-size=%" PRIu32 ": %s", params.chunk_size, problem);
+    return -EINVAL;
+  }
+  if (strcmp (o->name, "") == 0 || strcmp (o->name, "origin") == 0) {
+    snapfg_error ("snapshot name \"%s\" is reserved for the origin", o->name);
+    return -EINVAL;
+  }
+  token = percpu_rwlock_read_lock (&e->geometry);
+  exists = find_snapshot_locked (e, o->name) != NULL;
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  if (exists) {
+    snapfg_error ("snapshot \"%s\" already exists", o->name);
+    return -EEXIST;
+  }
+
+  s = calloc (1, sizeof *s);
+  if (s == NULL)
+    return -ENOMEM;
+  s->engine = e;
+  s->chunk_size = params.chunk_size;
+  s->chunk_shift = __builtin_ctz (params.chunk_size);
+  atomic_init (&s->state, SNAPSHOT_VALID);
+  atomic_init (&s->overflow, false);
+  s->name = strdup (o->name);
+  if (s->name == NULL) {
+    free (s);
+    return -ENOMEM;
+  }
+  r = exception_table_init (&s->table,
+                            e->locking == SNAPFG_LOCKING_GLOBAL
+                            ? 0 : SNAPFG_STRIPE_BITS);
+  if (r < 0) {
+    snapshot_free (s, false);
+    return r;
+  }
+  /* Opening the store may read the whole COW file: do it before stopping
+   * the world.
+   */
+  r = store_open (&params, &s->store);
+  if (r < 0) {
+    snapshot_free (s, false);
+    return r;
+  }
+
+  /* The snapshot's point in time: every origin write in flight holds the
+   * read side, so once we hold the write side they have all completed,
+   * and every later one sees this snapshot and copies out into it.
+   */
+  percpu_rwlock_write_lock (&e->geometry);
+  if (find_snapshot_locked (e, o->name) != NULL) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    snapfg_error ("snapshot \"%s\" already exists", o->name);
+    snapshot_free (s, false);
+    return -EEXIST;
+  }
+  list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
+  if (list == NULL) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    snapshot_free (s, false);
+    return -ENOMEM;
+  }
+  list[e->nsnapshots] = s;
+  e->snapshots = list;
+  e->nsnapshots++;
+  e->min_chunk_size = compute_min_chunk_size (e);
+  percpu_rwlock_write_unlock (&e->geometry);
+
+  if (snapfg_debug_cow)
+    snapfg_debug ("snapshot %s created: %s store, chunk %" PRIu32
+                  ", COW %s", s->name, s->store->ops->name, s->chunk_size,
+                  s->store->dev.path);
+  return 0;
+}
+
+struct snapfg_snapshot *
+snapfg_find_snapshot (struct snapfg_engine *e, const char *name)
+{
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  struct snapfg_snapshot *s = find_snapshot_locked (e, name);
+
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return s;
+}
+
+size_t
+snapfg_snapshot_count (struct snapfg_engine *e)
+{
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  size_t n = e->nsnapshots;
+
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return n;
+}
+
+const char *
+snapfg_snapshot_name (struct snapfg_engine *e, size_t i)
+{
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  const char *name = i < e->nsnapshots ? e->snapshots[i]->name : NULL;
+
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return name;
+}
+
+uint64_t
+snapfg_size (struct snapfg_engine *e)
+{
+  return e->size;
+}
+
+const char *
+snapfg_origin_path (struct snapfg_engine *e)
+{
+  return e->origin.path;
+}
+
+uint32_t
+snapfg_block_size (struct snapfg_engine *e)
+{
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  uint32_t block_size = e->block_size;
+
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return block_size;
+}
+
+uint32_t
+snapfg_preferred_size (struct snapfg_engine *e, struct snapfg_snapshot *s)
+{
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  uint32_t preferred = s ? s->chunk_size : e->min_chunk_size;
+
+  if (preferred < e->block_size)
+    preferred = e->block_size;
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return preferred;
+}
+
+void
+snapfg_snapshot_status (struct snapfg_snapshot *s, char *buf, size_t len)
+{
+  uint64_t allocated, total, metadata;
+
+  if (!snapshot_is_valid (s)) {
+    snprintf (buf, len, "Invalid");
+    return;
+  }
+  if (atomic_load (&s->overflow)) {
+    snprintf (buf, len, "Overflow");
+    return;
+  }
+  s->store->ops->usage (s->store, &allocated, &total, &metadata);
+  snprintf (buf, len, "%" PRIu64 "/%" PRIu64 " %" PRIu64,
+            allocated, total, metadata);
+}
+
+void
+snapfg_snapshot_describe (struct snapfg_snapshot *s, char *buf, size_t len)
+{
+  snprintf (buf, len, "%s store, chunk %" PRIu32 ", COW %s",
+            s->store->ops->name, s->chunk_size, s->store->dev.path);
+}
+
+void
+snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
+{
+  int expected = SNAPSHOT_VALID;
+
+  if (!atomic_compare_exchange_strong (&s->state, &expected,
+                                       SNAPSHOT_INVALID))
+    return;                     /* already Invalid: said so already */
+  if (err)
+    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s: %s",
+                  s->name, s->store->dev.path, why, strerror (err));
+  else
+    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s",
+                  s->name, s->store->dev.path, why);
+  s->store->ops->invalidate (s->store);
+}
+
+void
+engine_test_delay (const struct snapfg_engine *e)
+{
+  if (e->test_delay_us)
+    usleep (e->test_delay_us);
+}
+
+int
+snapfg_flush (struct snapfg_engine *e)
+{
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  int r = 0;
+
+  /* COW first: an origin chunk on disk must never be newer than the
+   * snapshots' copies of it.
+   */
+  for (size_t i = 0; i < e->nsnapshots && r == 0; ++i) {
+    struct snapfg_snapshot *s = e->snapshots[i];
+    int sr;
+
+    if (!snapshot_is_valid (s))
+      continue;
+    sr = s->store->ops->flush (s->store);
+    if (sr < 0)
+      snapshot_invalidate (s, "flushing the COW store failed", -sr);
+  }
+  if (!e->origin.readonly)
+    r = device_flush (&e->origin);
+  if (r < 0)
+    snapfg_error ("origin=%s: flush failed: %s", e->origin.path,
+                  strerror (-r));
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}

@@ -1,0 +1,304 @@
+/* snapfg: striped exception tables (see exception-table.h). */
+
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+
+#include "exception-table.h"
+
+/* Within a stripe, slots are found with a second, independent hash
+ * (the splitmix64 finaliser), because every chunk in a stripe shares the
+ * top bits of the stripe hash.
+ */
+static inline uint64_t
+slot_hash (uint64_t key)
+{
+  key ^= key >> 30;
+  key *= UINT64_C (0xbf58476d1ce4e5b9);
+  key ^= key >> 27;
+  key *= UINT64_C (0x94d049bb133111eb);
+  key ^= key >> 31;
+  return key;
+}
+
+/* Keep the hash at most 3/4 full, counting reserved (pending) entries. */
+static inline bool
+has_room_for (uint32_t capacity, uint64_t entries)
+{
+  return entries * 4 <= (uint64_t) capacity * 3;
+}
+
+int
+exception_table_init (struct exception_table *t, unsigned stripe_bits)
+{
+  size_t n = (size_t) 1 << stripe_bits;
+
+  t->stripes = aligned_alloc (SNAPFG_CACHELINE,
+                              n * sizeof (struct exception_stripe));
+  if (t->stripes == NULL)
+    return -ENOMEM;
+  t->stripe_bits = stripe_bits;
+  for (size_t i = 0; i < n; ++i) {
+    struct exception_stripe *s = &t->stripes[i];
+
+    memset (s, 0, sizeof *s);
+    pthread_mutex_init (&s->lock, NULL);
+    pthread_cond_init (&s->changed, NULL);
+  }
+  return 0;
+}
+
+void
+exception_table_destroy (struct exception_table *t)
+{
+  size_t n = (size_t) 1 << t->stripe_bits;
+
+  if (t->stripes == NULL)
+    return;
+  for (size_t i = 0; i < n; ++i) {
+    pthread_cond_destroy (&t->stripes[i].changed);
+    pthread_mutex_destroy (&t->stripes[i].lock);
+    free (t->stripes[i].slots);
+  }
+  free (t->stripes);
+  t->stripes = NULL;
+}
+
+/* Linear probing.  Returns the slot holding key, or the empty slot where it
+ * would go.  Requires capacity > 0 and at least one empty slot.
+ */
+static struct completed_slot *
+probe (struct completed_slot *slots, uint32_t capacity, uint64_t key)
+{
+  uint32_t mask = capacity - 1;
+  uint32_t i = slot_hash (key) & mask;
+
+  while (slots[i].key != 0 && slots[i].key != key)
+    i = (i + 1) & mask;
+  return &slots[i];
+}
+
+bool
+exception_stripe_lookup (const struct exception_stripe *s,
+                         uint64_t old_chunk, uint64_t *new_chunk)
+{
+  const struct completed_slot *slot;
+
+  if (s->ncompleted == 0)
+    return false;
+  slot = probe (s->slots, s->capacity, old_chunk + 1);
+  if (slot->key == 0)
+    return false;
+  if (new_chunk)
+    *new_chunk = slot->new_chunk;
+  return true;
+}
+
+bool
+exception_stripe_is_pending (const struct exception_stripe *s,
+                             uint64_t old_chunk)
+{
+  for (const struct pending_exception *pe = s->pending; pe; pe = pe->next)
+    if (pe->old_chunk == old_chunk)
+      return true;
+  return false;
+}
+
+bool
+exception_stripe_has_tracked_reads (const struct exception_stripe *s,
+                                    uint64_t old_chunk)
+{
+  for (const struct tracked_read *tr = s->tracked; tr; tr = tr->next)
+    if (tr->old_chunk == old_chunk)
+      return true;
+  return false;
+}
+
+int
+exception_stripe_add_pending (struct exception_stripe *s,
+                              struct pending_exception *pe,
+                              uint64_t old_chunk)
+{
+  if (s->capacity == 0 ||
+      !has_room_for (s->capacity, (uint64_t) s->ncompleted + s->npending + 1))
+    return -EAGAIN;
+  pe->old_chunk = old_chunk;
+  pe->next = s->pending;
+  s->pending = pe;
+  s->npending++;
+  return 0;
+}
+
+static void
+insert_slot (struct completed_slot *slots, uint32_t capacity,
+             uint64_t key, uint64_t new_chunk)
+{
+  struct completed_slot *slot = probe (slots, capacity, key);
+
+  slot->key = key;
+  slot->new_chunk = new_chunk;
+}
+
+void
+exception_stripe_publish (struct exception_stripe *s,
+                          struct pending_exception *pe, uint64_t new_chunk)
+{
+  insert_slot (s->slots, s->capacity, pe->old_chunk + 1, new_chunk);
+  s->ncompleted++;
+}
+
+void
+exception_stripe_retire (struct exception_stripe *s,
+                         struct pending_exception *pe)
+{
+  struct pending_exception **pp;
+
+  for (pp = &s->pending; *pp; pp = &(*pp)->next) {
+    if (*pp == pe) {
+      *pp = pe->next;
+      break;
+    }
+  }
+  s->npending--;
+  if (s->nwaiters)
+    pthread_cond_broadcast (&s->changed);
+}
+
+void
+exception_stripe_track_read (struct exception_stripe *s,
+                             struct tracked_read *tr, uint64_t old_chunk)
+{
+  tr->old_chunk = old_chunk;
+  tr->prev = NULL;
+  tr->next = s->tracked;
+  if (s->tracked)
+    s->tracked->prev = tr;
+  s->tracked = tr;
+}
+
+void
+exception_stripe_untrack_read (struct exception_stripe *s,
+                               struct tracked_read *tr)
+{
+  if (tr->prev)
+    tr->prev->next = tr->next;
+  else
+    s->tracked = tr->next;
+  if (tr->next)
+    tr->next->prev = tr->prev;
+  /* Only a copy-out waiting to retire its pending exception cares. */
+  if (s->nwaiters)
+    pthread_cond_broadcast (&s->changed);
+}
+
+void
+exception_stripe_wait (struct exception_stripe *s)
+{
+  s->nwaiters++;
+  pthread_cond_wait (&s->changed, &s->lock);
+  s->nwaiters--;
+}
+
+int
+exception_stripe_grow (struct exception_stripe *s)
+{
+  uint32_t capacity;
+  struct completed_slot *slots, *old_slots;
+
+  /* Decide the size under the lock, allocate without it, then install
+   * under the lock unless someone else grew the stripe meanwhile.
+   */
+  exception_stripe_lock (s);
+  capacity = s->capacity ? s->capacity : 8;
+  while (!has_room_for (capacity, (uint64_t) s->ncompleted + s->npending + 1))
+    capacity *= 2;
+  if (capacity == s->capacity) {
+    exception_stripe_unlock (s);
+    return 0;
+  }
+  exception_stripe_unlock (s);
+
+  if (capacity > UINT32_C (1) << 31)
+    return -ENOMEM;
+  slots = calloc (capacity, sizeof *slots);
+  if (slots == NULL)
+    return -ENOMEM;
+
+  exception_stripe_lock (s);
+  if (s->capacity >= capacity ||
+      !has_room_for (capacity, (uint64_t) s->ncompleted + s->npending + 1)) {
+    /* Raced with another grower (or with new pending entries); let the
+     * caller re-check and call us again if still needed.
+     */
+    exception_stripe_unlock (s);
+    free (slots);
+    return 0;
+  }
+  for (uint32_t i = 0; i < s->capacity; ++i)
+    if (s->slots[i].key)
+      insert_slot (slots, capacity, s->slots[i].key, s->slots[i].new_chunk);
+  old_slots = s->slots;
+  s->slots = slots;
+  s->capacity = capacity;
+  exception_stripe_unlock (s);
+
+  free (old_slots);
+  return 0;
+}
+
+int
+exception_table_insert (struct exception_table *t,
+                        uint64_t old_chunk, uint64_t new_chunk)
+{
+  struct exception_stripe *s = exception_table_stripe (t, old_chunk);
+  int r;
+
+  for (;;) {
+    exception_stripe_lock (s);
+    if (exception_stripe_lookup (s, old_chunk, NULL)) {
+      exception_stripe_unlock (s);
+      return -EEXIST;
+    }
+    if (s->capacity &&
+        has_room_for (s->capacity,
+                      (uint64_t) s->ncompleted + s->npending + 1)) {
+      insert_slot (s->slots, s->capacity, old_chunk + 1, new_chunk);
+      s->ncompleted++;
+      exception_stripe_unlock (s);
+      return 0;
+    }
+    exception_stripe_unlock (s);
+    r = exception_stripe_grow (s);
+    if (r < 0)
+      return r;
+  }
+}
+
+bool
+exception_table_lookup (const struct exception_table *t,
+                        uint64_t old_chunk, uint64_t *new_chunk)
+{
+  struct exception_stripe *s = exception_table_stripe (t, old_chunk);
+  bool found;
+
+  exception_stripe_lock (s);
+  found = exception_stripe_lookup (s, old_chunk, new_chunk);
+  exception_stripe_unlock (s);
+  return found;
+}
+
+uint64_t
+exception_table_count (struct exception_table *t)
+{
+  size_t n = (size_t) 1 << t->stripe_bits;
+  uint64_t count = 0;
+
+  for (size_t i = 0; i < n; ++i) {
+    exception_stripe_lock (&t->stripes[i]);
+    count += t->stripes[i].ncompleted;
+    exception_stripe_unlock (&t->stripes[i]);
+  }
+  return count;
+}

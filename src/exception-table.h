@@ -1,0 +1,150 @@
+/* snapfg: striped exception tables.
+ *
+ * One table per snapshot maps an origin chunk ("old chunk") to the chunk of
+ * the COW store holding its copy ("new chunk").  The table is split into
+ * stripes chosen by hash(old chunk); one mutex per stripe covers that
+ * stripe's completed exceptions, its pending exceptions (copy-outs in
+ * progress) and its tracked reads (snapshot reads that were sent to the
+ * origin and are still in flight).  Together they give the four chunk
+ * states of DESIGN.md section 3:
+ *
+ *   A  no completed, no pending     snapshot reads go to the origin
+ *   B  pending only                 being copied; writers wait
+ *   C  pending + completed          published; earlier origin reads drain
+ *   D  completed only               remapped; origin writes go through
+ *
+ * Rules (DESIGN.md section 4): no I/O, allocation or sleeping under a
+ * stripe lock, except waiting on the stripe's condition variable; re-check
+ * both tables after every wait; hold at most one stripe lock.  That is why
+ * growing a stripe's hash is done by exception_stripe_grow() with the lock
+ * dropped, and why pending exceptions and tracked reads are owned by the
+ * caller (usually on its stack) instead of being allocated here.
+ *
+ * With a single stripe the table is the pre-2019 dm-snapshot scheme: one
+ * mutex over all exception state (locking=global).
+ */
+#ifndef SNAPFG_EXCEPTION_TABLE_H
+#define SNAPFG_EXCEPTION_TABLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <pthread.h>
+
+#include "cachealign.h"
+
+/* A copy-out in progress.  Owned by the thread doing the copy. */
+struct pending_exception {
+  struct pending_exception *next;
+  uint64_t old_chunk;
+};
+
+/* A snapshot read routed to the origin.  Owned by the reading thread. */
+struct tracked_read {
+  struct tracked_read *next, *prev;
+  uint64_t old_chunk;
+};
+
+/* A completed exception, as stored in a stripe's open-addressing hash.
+ * 16 bytes; key 0 means an empty slot, so keys are old_chunk + 1.
+ */
+struct completed_slot {
+  uint64_t key;
+  uint64_t new_chunk;
+};
+
+struct exception_stripe {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;           /* a pending retired or a read drained */
+  struct completed_slot *slots;     /* capacity is a power of two, or 0 */
+  uint32_t capacity;
+  uint32_t ncompleted;
+  uint32_t npending;                /* each reserves a completed slot */
+  uint32_t nwaiters;                /* threads in exception_stripe_wait */
+  struct pending_exception *pending;
+  struct tracked_read *tracked;
+} SNAPFG_CACHE_ALIGNED;
+
+struct exception_table {
+  struct exception_stripe *stripes;
+  unsigned stripe_bits;             /* log2 (number of stripes) */
+};
+
+/* Create a table with 2^stripe_bits stripes.  Returns 0 or -errno. */
+extern int exception_table_init (struct exception_table *t,
+                                 unsigned stripe_bits);
+extern void exception_table_destroy (struct exception_table *t);
+
+static inline struct exception_stripe *
+exception_table_stripe (const struct exception_table *t, uint64_t old_chunk)
+{
+  /* Fibonacci hashing: neighbouring chunks land on different stripes. */
+  uint64_t h = old_chunk * UINT64_C (0x9E3779B97F4A7C15);
+  return &t->stripes[t->stripe_bits ? h >> (64 - t->stripe_bits) : 0];
+}
+
+static inline void
+exception_stripe_lock (struct exception_stripe *s)
+{
+  pthread_mutex_lock (&s->lock);
+}
+
+static inline void
+exception_stripe_unlock (struct exception_stripe *s)
+{
+  pthread_mutex_unlock (&s->lock);
+}
+
+/* --- Called with the stripe lock held. --- */
+
+extern bool exception_stripe_lookup (const struct exception_stripe *s,
+                                     uint64_t old_chunk, uint64_t *new_chunk);
+extern bool exception_stripe_is_pending (const struct exception_stripe *s,
+                                         uint64_t old_chunk);
+extern bool exception_stripe_has_tracked_reads (const struct exception_stripe *s,
+                                                uint64_t old_chunk);
+
+/* A → B.  Returns 0, or -EAGAIN if the stripe must grow first so that
+ * publishing cannot need an allocation: drop the lock, call
+ * exception_stripe_grow, take the lock and re-check.
+ */
+extern int exception_stripe_add_pending (struct exception_stripe *s,
+                                         struct pending_exception *pe,
+                                         uint64_t old_chunk);
+/* B → C: publish the completed exception (space was reserved). */
+extern void exception_stripe_publish (struct exception_stripe *s,
+                                      struct pending_exception *pe,
+                                      uint64_t new_chunk);
+/* C → D (or B → A when a copy-out failed): retire the pending exception
+ * and wake the waiters.
+ */
+extern void exception_stripe_retire (struct exception_stripe *s,
+                                     struct pending_exception *pe);
+
+extern void exception_stripe_track_read (struct exception_stripe *s,
+                                         struct tracked_read *tr,
+                                         uint64_t old_chunk);
+extern void exception_stripe_untrack_read (struct exception_stripe *s,
+                                           struct tracked_read *tr);
+
+/* Sleep until something in the stripe changes.  The caller re-checks. */
+extern void exception_stripe_wait (struct exception_stripe *s);
+
+/* --- Called without the stripe lock. --- */
+
+/* Make room for at least one more exception.  Returns 0 or -ENOMEM. */
+extern int exception_stripe_grow (struct exception_stripe *s);
+
+/* Insert a completed exception directly (loading a store, tests).
+ * Returns 0, -EEXIST if old_chunk is already remapped, or -ENOMEM.
+ */
+extern int exception_table_insert (struct exception_table *t,
+                                   uint64_t old_chunk, uint64_t new_chunk);
+
+/* Non-blocking lookup of a completed exception, taking the stripe lock. */
+extern bool exception_table_lookup (const struct exception_table *t,
+                                    uint64_t old_chunk, uint64_t *new_chunk);
+
+/* Number of completed exceptions (takes every stripe lock in turn). */
+extern uint64_t exception_table_count (struct exception_table *t);
+
+#endif

@@ -1,0 +1,190 @@
+/* snapfg: requests on the origin view.
+ *
+ * Every request that changes origin data (write, zero, trim) first makes
+ * sure each valid snapshot holds the old contents of every chunk it
+ * touches (copy-out), then changes the origin.  With no snapshot, or
+ * with every chunk already remapped, that is one stripe lookup per chunk
+ * and snapshot, and the data I/O.
+ */
+
+#include <config.h>
+
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+
+#include "engine-internal.h"
+#include "snapfg-log.h"
+
+int
+snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
+                     uint64_t offset)
+{
+  /* Origin reads consult no snapshot, but every request holds the read
+   * side so that a geometry change waits for all in-flight I/O.
+   */
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  int r = device_pread (&e->origin, buf, count, offset);
+
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  if (r < 0)
+    snapfg_error ("origin=%s: read at %" PRIu64 " failed: %s",
+                  e->origin.path, offset, strerror (-r));
+  return r;
+}
+
+/* Would changing [offset, offset+count) need a copy-out in any snapshot?
+ * (Read-only: used to refuse fast zero requests.)
+ */
+static bool
+needs_copy_out (struct snapfg_engine *e, uint32_t count, uint64_t offset)
+{
+  for (size_t i = 0; i < e->nsnapshots; ++i) {
+    struct snapfg_snapshot *s = e->snapshots[i];
+    uint64_t first = offset >> s->chunk_shift;
+    uint64_t last = (offset + count - 1) >> s->chunk_shift;
+
+    if (!snapshot_is_valid (s))
+      continue;
+    for (uint64_t chunk = first; chunk <= last; ++chunk) {
+      struct exception_stripe *stripe =
+        exception_table_stripe (&s->table, chunk);
+      bool remapped;
+
+      exception_stripe_lock (stripe);
+      remapped = exception_stripe_lookup (stripe, chunk, NULL) &&
+        !exception_stripe_is_pending (stripe, chunk);
+      exception_stripe_unlock (stripe);
+      if (!remapped)
+        return true;
+    }
+  }
+  return false;
+}
+
+/* Copy out every chunk of [offset, offset+count) into every valid
+ * snapshot that does not hold it yet.  A snapshot whose store is full or
+ * failed becomes Invalid and the origin change goes ahead (DESIGN.md
+ * section 6); an origin read error is returned to the client.
+ */
+static int
+prepare_origin_change (struct snapfg_engine *e, uint32_t count,
+                       uint64_t offset)
+{
+  for (size_t i = 0; i < e->nsnapshots; ++i) {
+    struct snapfg_snapshot *s = e->snapshots[i];
+    uint64_t first = offset >> s->chunk_shift;
+    uint64_t last = (offset + count - 1) >> s->chunk_shift;
+
+    for (uint64_t chunk = first; chunk <= last; ++chunk) {
+      uint64_t new_chunk;
+      int r;
+
+      if (!snapshot_is_valid (s))
+        break;
+      r = snapshot_copy_out (s, chunk, NULL, 0, 0, &new_chunk);
+      if (r >= 0)
+        continue;
+      if (r == -ENOSPC) {
+        snapshot_invalidate (s, "the COW store is full", 0);
+        break;
+      }
+      if (!snapshot_is_valid (s))
+        break;                  /* a COW error: the snapshot is gone */
+      return r;                 /* origin read error, ENOMEM */
+    }
+  }
+  return 0;
+}
+
+int
+snapfg_origin_pwrite (struct snapfg_engine *e, const void *buf,
+                      uint32_t count, uint64_t offset, unsigned flags)
+{
+  percpu_rwlock_token token;
+  int r;
+
+  if (e->origin.readonly)
+    return -EROFS;
+  token = percpu_rwlock_read_lock (&e->geometry);
+  r = prepare_origin_change (e, count, offset);
+  if (r == 0) {
+    r = device_pwrite (&e->origin, buf, count, offset);
+    if (r == 0 && (flags & SNAPFG_REQ_FUA))
+      r = device_flush (&e->origin);
+    if (r < 0)
+      snapfg_error ("origin=%s: write at %" PRIu64 " failed: %s",
+                    e->origin.path, offset, strerror (-r));
+  }
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}
+
+int
+snapfg_origin_zero (struct snapfg_engine *e, uint32_t count, uint64_t offset,
+                    unsigned flags)
+{
+  bool fast = flags & SNAPFG_REQ_FAST_ZERO;
+  percpu_rwlock_token token;
+  int r;
+
+  if (e->origin.readonly)
+    return -EROFS;
+  token = percpu_rwlock_read_lock (&e->geometry);
+  /* A fast zero must not do a copy-out: refuse before changing anything. */
+  if (fast && needs_copy_out (e, count, offset))
+    r = -ENOTSUP;
+  else
+    r = prepare_origin_change (e, count, offset);
+  if (r == 0) {
+    r = device_zero (&e->origin, count, offset,
+                     flags & SNAPFG_REQ_MAY_TRIM, fast);
+    if (r == -EOPNOTSUPP && fast)
+      r = -ENOTSUP;
+    else if (r < 0)
+      snapfg_error ("origin=%s: zeroing %" PRIu32 " bytes at %" PRIu64
+                    " failed: %s", e->origin.path, count, offset,
+                    strerror (-r));
+    if (r == 0 && (flags & SNAPFG_REQ_FUA))
+      r = device_flush (&e->origin);
+  }
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}
+
+int
+snapfg_origin_trim (struct snapfg_engine *e, uint32_t count, uint64_t offset,
+                    unsigned flags)
+{
+  percpu_rwlock_token token;
+  int r;
+
+  if (e->origin.readonly)
+    return -EROFS;
+  token = percpu_rwlock_read_lock (&e->geometry);
+  /* A trimmed range reads back as zeroes from a file, so it changes the
+   * origin's data: the snapshots need their copies first.
+   */
+  r = prepare_origin_change (e, count, offset);
+  if (r == 0) {
+    r = device_punch (&e->origin, count, offset);
+    if (r == -EOPNOTSUPP)
+      r = 0;                    /* trim is advisory */
+    if (r == 0 && (flags & SNAPFG_REQ_FUA))
+      r = device_flush (&e->origin);
+  }
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}
+
+int
+snapfg_origin_extents (struct snapfg_engine *e, uint32_t count,
+                       uint64_t offset, unsigned flags,
+                       snapfg_extent_fn fn, void *opaque)
+{
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  int r = device_extents (&e->origin, count, offset, fn, opaque);
+
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}

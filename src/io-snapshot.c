@@ -1,0 +1,273 @@
+/* snapfg: requests on a snapshot view.
+ *
+ * A remapped chunk (a completed exception) is read from and written to
+ * the COW store; the rest is read from the origin.  Those origin reads
+ * are tracked in the exception table while in flight, so that a copy-out
+ * of the same chunk cannot let an origin write overwrite the data under
+ * them (DESIGN.md section 3).
+ */
+
+#include <config.h>
+
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+
+#include "engine-internal.h"
+#include "snapfg-log.h"
+
+/* Consecutive chunks read from the origin in one I/O: at most this many
+ * are tracked at once (the entries live on the caller's stack).
+ */
+#define ORIGIN_RUN_MAX 64
+
+/* Do not walk more chunks than this in one extents request; nbdkit asks
+ * again for the rest.
+ */
+#define EXTENTS_MAX_CHUNKS 65536
+
+struct origin_run {
+  unsigned n;                   /* chunks tracked */
+  uint64_t offset;              /* first byte of the run */
+  uint64_t length;
+  char *buf;                    /* where a read run goes */
+  struct exception_stripe *stripe[ORIGIN_RUN_MAX];
+  struct tracked_read tracked[ORIGIN_RUN_MAX];
+};
+
+/* Look up a chunk; if it is not remapped, track it in the run (the
+ * snapshot's data for it is on the origin).  Returns true if remapped.
+ */
+static bool
+lookup_or_track (struct snapfg_snapshot *s, uint64_t chunk,
+                 struct origin_run *run, uint64_t *new_chunk)
+{
+  struct exception_stripe *stripe = exception_table_stripe (&s->table, chunk);
+  bool remapped;
+
+  exception_stripe_lock (stripe);
+  remapped = exception_stripe_lookup (stripe, chunk, new_chunk);
+  if (!remapped) {
+    exception_stripe_track_read (stripe, &run->tracked[run->n], chunk);
+    run->stripe[run->n] = stripe;
+    run->n++;
+  }
+  exception_stripe_unlock (stripe);
+  return remapped;
+}
+
+static void
+release_run (struct origin_run *run)
+{
+  for (unsigned i = 0; i < run->n; ++i) {
+    exception_stripe_lock (run->stripe[i]);
+    exception_stripe_untrack_read (run->stripe[i], &run->tracked[i]);
+    exception_stripe_unlock (run->stripe[i]);
+  }
+  run->n = 0;
+  run->length = 0;
+}
+
+/* Read a tracked run from the origin, then stop tracking it. */
+static int
+read_run (struct snapfg_snapshot *s, struct origin_run *run)
+{
+  struct snapfg_engine *e = s->engine;
+  int r = 0;
+
+  if (run->n == 0)
+    return 0;
+  engine_test_delay (e);        /* widen the tracked-read window in tests */
+  r = device_pread (&e->origin, run->buf, run->length, run->offset);
+  if (r < 0)
+    snapfg_error ("origin=%s: read at %" PRIu64 " for snapshot %s failed: %s",
+                  e->origin.path, run->offset, s->name, strerror (-r));
+  release_run (run);
+  return r;
+}
+
+int
+snapfg_snapshot_pread (struct snapfg_snapshot *s, void *buf, uint32_t count,
+                       uint64_t offset)
+{
+  struct snapfg_engine *e = s->engine;
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  const uint64_t mask = s->chunk_size - 1;
+  const uint64_t end = offset + count;
+  struct origin_run run = { .n = 0 };
+  char *p = buf;
+  int r = 0;
+
+  if (!snapshot_is_valid (s))
+    r = -EIO;
+  for (uint64_t pos = offset; pos < end && r == 0; ) {
+    uint64_t chunk = pos >> s->chunk_shift;
+    uint64_t n = s->chunk_size - (pos & mask);
+    uint64_t new_chunk;
+
+    if (n > end - pos)
+      n = end - pos;
+    if (run.n == 0) {
+      run.offset = pos;
+      run.buf = p;
+    }
+    if (lookup_or_track (s, chunk, &run, &new_chunk)) {
+      r = read_run (s, &run);
+      if (r == 0) {
+        r = device_pread (&s->store->dev, p, n,
+                          store_chunk_offset (s->store, new_chunk)
+                          + (pos & mask));
+        if (r < 0) {
+          snapshot_invalidate (s, "read from the COW store failed", -r);
+          r = -EIO;
+        }
+      }
+    }
+    else {
+      run.length += n;
+      if (run.n == ORIGIN_RUN_MAX)
+        r = read_run (s, &run);
+    }
+    pos += n;
+    p += n;
+  }
+  if (r == 0)
+    r = read_run (s, &run);
+  else
+    release_run (&run);
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}
+
+/* Snapshot write or zero (data == SNAPFG_ZERO_DATA). */
+static int
+snapshot_write (struct snapfg_snapshot *s, const void *data, uint32_t count,
+                uint64_t offset, unsigned flags)
+{
+  struct snapfg_engine *e = s->engine;
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  const uint64_t mask = s->chunk_size - 1;
+  const uint64_t end = offset + count;
+  const char *p = data;
+  int r = 0;
+
+  if (!snapshot_is_valid (s))
+    r = -EIO;
+  for (uint64_t pos = offset; pos < end && r == 0; ) {
+    uint64_t chunk = pos >> s->chunk_shift;
+    uint32_t in_chunk = pos & mask;
+    uint32_t n = s->chunk_size - in_chunk;
+    const void *src = data == SNAPFG_ZERO_DATA ? data : p;
+    uint64_t new_chunk;
+
+    if (n > end - pos)
+      n = end - pos;
+    r = snapshot_copy_out (s, chunk, src, n, in_chunk, &new_chunk);
+    if (r == 1) {
+      /* Already remapped: the shared fast path, a plain write into the
+       * chunk's COW copy with no exclusive section.
+       */
+      r = device_pwrite (&s->store->dev,
+                         src == SNAPFG_ZERO_DATA ? e->zeroes : src, n,
+                         store_chunk_offset (s->store, new_chunk) + in_chunk);
+      if (r < 0) {
+        snapshot_invalidate (s, "write to the COW store failed", -r);
+        r = -EIO;
+      }
+    }
+    else if (r == -ENOSPC) {
+      if (!atomic_exchange (&s->overflow, true))
+        snapfg_error ("snapshot %s (COW %s): the COW store is full; "
+                      "snapshot writes that need a new chunk fail with "
+                      "ENOSPC (Overflow)", s->name, s->store->dev.path);
+    }
+    pos += n;
+    if (data != SNAPFG_ZERO_DATA)
+      p += n;
+  }
+  if (r == 0 && (flags & SNAPFG_REQ_FUA)) {
+    r = s->store->ops->flush (s->store);
+    if (r < 0) {
+      snapshot_invalidate (s, "flushing the COW store failed", -r);
+      r = -EIO;
+    }
+  }
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}
+
+int
+snapfg_snapshot_pwrite (struct snapfg_snapshot *s, const void *buf,
+                        uint32_t count, uint64_t offset, unsigned flags)
+{
+  return snapshot_write (s, buf, count, offset, flags);
+}
+
+int
+snapfg_snapshot_zero (struct snapfg_snapshot *s, uint32_t count,
+                      uint64_t offset, unsigned flags)
+{
+  /* Zeroing a snapshot range writes zeroes into its COW copy, which is
+   * never fast: it may need a copy-out.
+   */
+  if (flags & SNAPFG_REQ_FAST_ZERO)
+    return -ENOTSUP;
+  return snapshot_write (s, SNAPFG_ZERO_DATA, count, offset, flags);
+}
+
+int
+snapfg_snapshot_extents (struct snapfg_snapshot *s, uint32_t count,
+                         uint64_t offset, unsigned flags,
+                         snapfg_extent_fn fn, void *opaque)
+{
+  struct snapfg_engine *e = s->engine;
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  const uint64_t mask = s->chunk_size - 1;
+  const uint64_t end = offset + count;
+  struct origin_run run = { .n = 0 };
+  uint64_t chunks = 0;
+  uint64_t pos;
+  int r = 0;
+
+  if (!snapshot_is_valid (s))
+    r = -EIO;
+  for (pos = offset; pos < end && r == 0 && chunks < EXTENTS_MAX_CHUNKS;
+       ++chunks) {
+    uint64_t chunk = pos >> s->chunk_shift;
+    uint64_t n = s->chunk_size - (pos & mask);
+    uint64_t new_chunk;
+
+    if (n > end - pos)
+      n = end - pos;
+    if (run.n == 0)
+      run.offset = pos;
+    /* Unremapped chunks report what the origin has, and are tracked
+     * meanwhile so that a copy-out cannot change the origin under us.
+     */
+    if (lookup_or_track (s, chunk, &run, &new_chunk)) {
+      if (run.n) {
+        r = device_extents (&e->origin, run.length, run.offset, fn, opaque);
+        release_run (&run);
+      }
+      if (r == 0)
+        r = fn (opaque, pos, n, 0);       /* a copy in the COW store: data */
+    }
+    else {
+      run.length += n;
+      if (run.n == ORIGIN_RUN_MAX) {
+        r = device_extents (&e->origin, run.length, run.offset, fn, opaque);
+        release_run (&run);
+      }
+    }
+    pos += n;
+    if (flags & SNAPFG_REQ_ONE && run.n == 0)
+      break;
+  }
+  if (run.n) {
+    if (r == 0)
+      r = device_extents (&e->origin, run.length, run.offset, fn, opaque);
+    release_run (&run);
+  }
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}

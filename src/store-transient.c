@@ -1,0 +1,202 @@
+/* snapfg: the transient exception store (dm-snapshot's "N").
+ *
+ * The exception table lives only in memory; the COW device holds chunk
+ * data from chunk 0 upwards, handed out by a bump pointer.  Since the
+ * table is lost when the process ends, every start is a new snapshot, so
+ * the COW device must be new, empty or all zero: anything else might be
+ * somebody's data and is refused without being written.
+ */
+
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "snapfg-log.h"
+
+static int
+transient_alloc_chunk (struct snapfg_store *st, uint64_t *new_chunk)
+{
+  return store_bump_alloc (st, new_chunk);
+}
+
+static int
+transient_commit (struct snapfg_store *st, uint64_t old_chunk,
+                  uint64_t new_chunk)
+{
+  /* Nothing to record: the table is in memory and dies with us. */
+  return 0;
+}
+
+static int
+transient_flush (struct snapfg_store *st)
+{
+  return device_flush (&st->dev);
+}
+
+static void
+transient_invalidate (struct snapfg_store *st)
+{
+  /* Nothing on disk to mark; the engine's state says Invalid. */
+}
+
+static void
+transient_usage (const struct snapfg_store *st, uint64_t *allocated,
+                 uint64_t *total, uint64_t *metadata)
+{
+  uint64_t used = atomic_load (&st->next_chunk);
+
+  if (used > st->max_chunks)
+    used = st->max_chunks;
+  *allocated = (used << st->chunk_shift) / 512;
+  *total = (st->max_chunks << st->chunk_shift) / 512;
+  *metadata = 0;
+}
+
+static void
+transient_close (struct snapfg_store *st, bool clean)
+{
+  /* The chunk data is meaningless without the table.  Give the space
+   * back, and leave the file empty so that the next start can use it.
+   */
+  if (!st->dev.is_block && st->dev.fd >= 0) {
+    int r = device_truncate (&st->dev, 0);
+    if (r < 0)
+      snapfg_error ("cow=%s: could not truncate the transient COW file: %s",
+                    st->dev.path, strerror (-r));
+  }
+  device_close (&st->dev);
+  free (st);
+}
+
+static const struct snapfg_store_ops transient_ops = {
+  .name = "transient",
+  .alloc_chunk = transient_alloc_chunk,
+  .commit = transient_commit,
+  .flush = transient_flush,
+  .invalidate = transient_invalidate,
+  .usage = transient_usage,
+  .close = transient_close,
+};
+
+/* Open the COW device: create it if it does not exist, refuse the origin
+ * itself, and refuse anything that holds data.
+ */
+static int
+open_cow_device (const struct snapfg_store_params *params,
+                 struct snapfg_store *st)
+{
+  int r;
+
+  r = device_create (&st->dev, params->path);
+  if (r == 0) {
+    st->created = true;
+    return 0;
+  }
+  if (r != -EEXIST) {
+    snapfg_error ("cow=%s: cannot create the COW file: %s",
+                  params->path, strerror (-r));
+    return r;
+  }
+
+  r = device_open (&st->dev, params->path, false);
+  if (r == -EINVAL) {
+    snapfg_error ("cow=%s: not a regular file or block device",
+                  params->path);
+    return r;
+  }
+  if (r < 0) {
+    snapfg_error ("cow=%s: cannot open the COW file: %s",
+                  params->path, strerror (-r));
+    return r;
+  }
+  if (device_same (&st->dev, params->origin)) {
+    snapfg_error ("cow=%s: is the origin itself; the COW store must be "
+                  "a different file", params->path);
+    device_close (&st->dev);
+    return -EINVAL;
+  }
+  r = device_is_all_zero (&st->dev);
+  if (r < 0) {
+    snapfg_error ("cow=%s: cannot read the COW file: %s",
+                  params->path, strerror (-r));
+    device_close (&st->dev);
+    return r;
+  }
+  if (r == 0) {
+    snapfg_error ("cow=%s: the file holds data that is not an empty "
+                  "store (a transient store needs a new, empty or all-zero "
+                  "file; a transient COW file left by a crash must be "
+                  "removed by hand); refusing to overwrite it",
+                  params->path);
+    device_close (&st->dev);
+    return -EEXIST;
+  }
+  return 0;
+}
+
+/* Undo open_cow_device after a later error: remove the file only if we
+ * created it, and leave anything else exactly as it was.
+ */
+static void
+discard_new_store (struct snapfg_store *st)
+{
+  if (st->created)
+    unlink (st->dev.path);
+  device_close (&st->dev);
+  free (st);
+}
+
+int
+transient_store_open (const struct snapfg_store_params *params,
+                      struct snapfg_store **stp)
+{
+  struct snapfg_store *st;
+  uint64_t cow_size;
+  int r;
+
+  st = calloc (1, sizeof *st);
+  if (st == NULL)
+    return -ENOMEM;
+  st->ops = &transient_ops;
+  st->chunk_size = params->chunk_size;
+  st->chunk_shift = __builtin_ctz (params->chunk_size);
+
+  r = open_cow_device (params, st);
+  if (r < 0) {
+    free (st);
+    return r;
+  }
+
+  /* Default: room for a copy of every origin chunk. */
+  cow_size = params->cow_size;
+  if (cow_size == 0)
+    cow_size = (params->origin->size + st->chunk_size - 1)
+      & ~(uint64_t) (st->chunk_size - 1);
+  if (st->dev.is_block) {
+    if (params->cow_size > st->dev.size) {
+      snapfg_error ("cow-size=%" PRIu64 ": larger than the COW device "
+                    "%s (%" PRIu64 " bytes)",
+                    params->cow_size, st->dev.path, st->dev.size);
+      discard_new_store (st);
+      return -EINVAL;
+    }
+    if (params->cow_size == 0)
+      cow_size = st->dev.size;
+  }
+  st->max_chunks = cow_size >> st->chunk_shift;
+  if (st->max_chunks == 0) {
+    snapfg_error ("cow-size=%" PRIu64 ": smaller than one chunk "
+                  "(%" PRIu32 " bytes) of the COW store %s",
+                  cow_size, st->chunk_size, st->dev.path);
+    discard_new_store (st);
+    return -EINVAL;
+  }
+  atomic_init (&st->next_chunk, 0);
+  *stp = st;
+  return 0;
+}

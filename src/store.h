@@ -1,0 +1,88 @@
+/* snapfg: exception stores.
+ *
+ * A store owns a snapshot's COW device: it allocates chunks in it, makes
+ * exceptions durable (or not), and reports usage.  The engine reads and
+ * writes chunk data itself at new_chunk * chunk_size, which is the layout
+ * of both of dm-snapshot's stores.
+ *
+ *   transient   exception table in memory only (dm's "N"); chunks are
+ *               handed out by a bump pointer; every start is a new snapshot.
+ *   persistent  dm-snapshot's on-disk format (not implemented yet).
+ */
+#ifndef SNAPFG_STORE_H
+#define SNAPFG_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdatomic.h>
+
+#include "device.h"
+
+struct snapfg_store;
+
+struct snapfg_store_ops {
+  const char *name;
+
+  /* Take a free chunk.  -ENOSPC when the store is full. */
+  int (*alloc_chunk) (struct snapfg_store *st, uint64_t *new_chunk);
+
+  /* Make the exception old_chunk → new_chunk durable: on return, after a
+   * crash the store reopens with it.  Its data is already written.
+   */
+  int (*commit) (struct snapfg_store *st, uint64_t old_chunk,
+                 uint64_t new_chunk);
+
+  /* Make every completed write to the store durable. */
+  int (*flush) (struct snapfg_store *st);
+
+  /* The snapshot became Invalid: record it where the store can. */
+  void (*invalidate) (struct snapfg_store *st);
+
+  /* dm-style usage, in 512-byte sectors. */
+  void (*usage) (const struct snapfg_store *st, uint64_t *allocated,
+                 uint64_t *total, uint64_t *metadata);
+
+  /* Release everything.  clean is false when the snapshot is being torn
+   * down after an error.
+   */
+  void (*close) (struct snapfg_store *st, bool clean);
+};
+
+struct snapfg_store {
+  const struct snapfg_store_ops *ops;
+  struct snapfg_device dev;        /* the COW file or block device */
+  bool created;                    /* we created dev's file */
+  uint32_t chunk_size;
+  unsigned chunk_shift;
+  uint64_t max_chunks;             /* cow-size / chunk_size */
+  atomic_uint_least64_t next_chunk;  /* bump allocator */
+};
+
+/* Parameters for opening a store. */
+struct snapfg_store_params {
+  const char *type;                /* "transient" or "persistent" */
+  const char *path;
+  uint32_t chunk_size;
+  uint64_t cow_size;               /* 0: the default */
+  const struct snapfg_device *origin;
+};
+
+/* Open (or create) the store at params->path.  Logs an error naming the
+ * file and the problem, and returns a negative errno, on failure.
+ */
+extern int store_open (const struct snapfg_store_params *params,
+                       struct snapfg_store **stp);
+
+static inline uint64_t
+store_chunk_offset (const struct snapfg_store *st, uint64_t new_chunk)
+{
+  return new_chunk << st->chunk_shift;
+}
+
+/* Shared by stores: take the next chunk from the bump pointer. */
+extern int store_bump_alloc (struct snapfg_store *st, uint64_t *new_chunk);
+
+extern int transient_store_open (const struct snapfg_store_params *params,
+                                 struct snapfg_store **stp);
+
+#endif
