@@ -1,0 +1,223 @@
+/* Unit test of the striped exception table (src/exception-table.c):
+ *  1. insert and look up a million exceptions, with one stripe
+ *     (locking=global) and with many; duplicates refused; memory per
+ *     exception reported;
+ *  2. the four chunk states under concurrency: writer threads copy chunks
+ *     out (claim → publish → drain tracked reads → retire) and then
+ *     change the "origin", while reader threads read the "snapshot"
+ *     through the table (completed → COW, else tracked origin read).  A
+ *     reader must always see the value the chunk had at the start.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+#include <inttypes.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include "exception-table.h"
+
+#define FAIL(...) do { fprintf (stderr, "FAIL: " __VA_ARGS__); \
+    fputc ('\n', stderr); exit (EXIT_FAILURE); } while (0)
+
+static void
+test_insert_lookup (unsigned stripe_bits)
+{
+  const uint64_t n = 1000000;
+  struct exception_table t;
+  uint64_t nc, bytes = 0;
+
+  if (exception_table_init (&t, stripe_bits) < 0)
+    FAIL ("exception_table_init");
+  /* Spread keys out the way origin chunks are: every third chunk. */
+  for (uint64_t i = 0; i < n; ++i)
+    if (exception_table_insert (&t, i * 3, i + 1) < 0)
+      FAIL ("insert %" PRIu64, i);
+  if (exception_table_insert (&t, 3 * 17, 99) != -EEXIST)
+    FAIL ("duplicate insert was not refused");
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!exception_table_lookup (&t, i * 3, &nc) || nc != i + 1)
+      FAIL ("lookup %" PRIu64 " (stripe bits %u)", i * 3, stripe_bits);
+    if (exception_table_lookup (&t, i * 3 + 1, &nc))
+      FAIL ("found a chunk that was never inserted: %" PRIu64, i * 3 + 1);
+  }
+  if (exception_table_count (&t) != n)
+    FAIL ("count %" PRIu64 " != %" PRIu64, exception_table_count (&t), n);
+  for (size_t i = 0; i < ((size_t) 1 << stripe_bits); ++i)
+    bytes += (uint64_t) t.stripes[i].capacity * sizeof (struct completed_slot);
+  printf ("%u stripe(s): %" PRIu64 " exceptions, %.1f bytes/exception "
+          "in hash slots\n", 1u << stripe_bits, n, (double) bytes / n);
+  exception_table_destroy (&t);
+}
+
+/* --- the concurrent protocol test --- */
+
+#define CHUNKS 4096
+static struct exception_table table;
+static atomic_ulong origin[CHUNKS];       /* the "origin disk" */
+static atomic_ulong cow[CHUNKS + 1];      /* the "COW store" */
+static atomic_ulong next_cow = 1;
+static atomic_bool stop;
+static atomic_long copies, origin_writes, snapshot_reads, waits;
+
+static uint64_t
+initial_value (uint64_t chunk)
+{
+  return chunk * 1000 + 7;
+}
+
+static void
+ensure_copied (uint64_t chunk)
+{
+  struct exception_stripe *s = exception_table_stripe (&table, chunk);
+  struct pending_exception pe;
+  uint64_t nc;
+
+  exception_stripe_lock (s);
+  for (;;) {
+    bool done = exception_stripe_lookup (s, chunk, NULL);
+    bool pending = exception_stripe_is_pending (s, chunk);
+    if (done && !pending) {
+      exception_stripe_unlock (s);
+      return;
+    }
+    if (pending) {
+      atomic_fetch_add (&waits, 1);
+      exception_stripe_wait (s);
+      continue;
+    }
+    if (exception_stripe_add_pending (s, &pe, chunk) == 0)
+      break;
+    exception_stripe_unlock (s);
+    if (exception_stripe_grow (s) < 0)
+      FAIL ("grow");
+    exception_stripe_lock (s);
+  }
+  exception_stripe_unlock (s);
+
+  /* The copy: nobody may change origin[chunk] now. */
+  nc = atomic_fetch_add (&next_cow, 1);
+  uint64_t v = atomic_load (&origin[chunk]);
+  sched_yield ();
+  if (atomic_load (&origin[chunk]) != v)
+    FAIL ("origin chunk %" PRIu64 " changed during its copy-out", chunk);
+  atomic_store (&cow[nc], v);
+
+  exception_stripe_lock (s);
+  exception_stripe_publish (s, &pe, nc);
+  while (exception_stripe_has_tracked_reads (s, chunk))
+    exception_stripe_wait (s);
+  exception_stripe_retire (s, &pe);
+  exception_stripe_unlock (s);
+  atomic_fetch_add (&copies, 1);
+}
+
+static void *
+origin_writer (void *arg)
+{
+  unsigned seed = (uintptr_t) arg;
+
+  while (!atomic_load (&stop)) {
+    uint64_t chunk = rand_r (&seed) % CHUNKS;
+    ensure_copied (chunk);
+    atomic_fetch_add (&origin[chunk], 1);   /* the origin write */
+    atomic_fetch_add (&origin_writes, 1);
+  }
+  return NULL;
+}
+
+static void *
+snapshot_reader (void *arg)
+{
+  unsigned seed = (uintptr_t) arg;
+
+  while (!atomic_load (&stop)) {
+    uint64_t chunk = rand_r (&seed) % CHUNKS, nc, v;
+    struct exception_stripe *s = exception_table_stripe (&table, chunk);
+    struct tracked_read tr;
+
+    exception_stripe_lock (s);
+    if (exception_stripe_lookup (s, chunk, &nc)) {
+      exception_stripe_unlock (s);
+      v = atomic_load (&cow[nc]);
+    }
+    else {
+      exception_stripe_track_read (s, &tr, chunk);
+      exception_stripe_unlock (s);
+      v = atomic_load (&origin[chunk]);
+      sched_yield ();           /* a read that takes a while */
+      uint64_t again = atomic_load (&origin[chunk]);
+      if (again != v)
+        FAIL ("origin chunk %" PRIu64 " changed under a tracked read", chunk);
+      exception_stripe_lock (s);
+      exception_stripe_untrack_read (s, &tr);
+      exception_stripe_unlock (s);
+    }
+    if (v != initial_value (chunk))
+      FAIL ("snapshot read of chunk %" PRIu64 " saw %" PRIu64
+            ", expected %" PRIu64, chunk, v, initial_value (chunk));
+    atomic_fetch_add (&snapshot_reads, 1);
+  }
+  return NULL;
+}
+
+static void
+test_concurrent_states (unsigned stripe_bits)
+{
+  enum { WRITERS = 4, READERS = 4 };
+  pthread_t w[WRITERS], r[READERS];
+
+  if (exception_table_init (&table, stripe_bits) < 0)
+    FAIL ("exception_table_init");
+  for (uint64_t i = 0; i < CHUNKS; ++i)
+    atomic_store (&origin[i], initial_value (i));
+  atomic_store (&next_cow, 1);
+  atomic_store (&stop, false);
+  atomic_store (&copies, 0);
+  atomic_store (&origin_writes, 0);
+  atomic_store (&snapshot_reads, 0);
+  atomic_store (&waits, 0);
+  for (uintptr_t i = 0; i < WRITERS; ++i)
+    pthread_create (&w[i], NULL, origin_writer, (void *) (i + 1));
+  for (uintptr_t i = 0; i < READERS; ++i)
+    pthread_create (&r[i], NULL, snapshot_reader, (void *) (i + 100));
+  sleep (2);
+  atomic_store (&stop, true);
+  for (int i = 0; i < WRITERS; ++i)
+    pthread_join (w[i], NULL);
+  for (int i = 0; i < READERS; ++i)
+    pthread_join (r[i], NULL);
+
+  /* Every chunk written was copied exactly once. */
+  if (exception_table_count (&table) != (uint64_t) atomic_load (&copies))
+    FAIL ("%" PRIu64 " exceptions but %ld copy-outs",
+          exception_table_count (&table), atomic_load (&copies));
+  for (uint64_t i = 0; i < CHUNKS; ++i) {
+    uint64_t nc;
+    if (exception_table_lookup (&table, i, &nc) &&
+        atomic_load (&cow[nc]) != initial_value (i))
+      FAIL ("COW copy of chunk %" PRIu64 " is wrong", i);
+  }
+  printf ("%u stripe(s): %ld origin writes, %ld copy-outs, %ld snapshot "
+          "reads, %ld waits on pending exceptions: consistent\n",
+          1u << stripe_bits, atomic_load (&origin_writes),
+          atomic_load (&copies), atomic_load (&snapshot_reads),
+          atomic_load (&waits));
+  exception_table_destroy (&table);
+}
+
+int
+main (void)
+{
+  test_insert_lookup (0);
+  test_insert_lookup (12);
+  test_concurrent_states (0);
+  test_concurrent_states (12);
+  return EXIT_SUCCESS;
+}
