@@ -153,12 +153,14 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
     r = -EIO;
     goto abandon;
   }
+  engine_fault_point (e, FAULT_AFTER_COW_DATA);
   r = st->ops->commit (st, chunk, nc);
   if (r < 0) {
     snapshot_invalidate (s, "committing an exception failed", -r);
     r = -EIO;
     goto abandon;
   }
+  engine_fault_point (e, FAULT_AFTER_METADATA);
   free (buf);
 
   exception_stripe_lock (stripe);

@@ -20,6 +20,14 @@
  */
 #define SNAPFG_STRIPE_BITS 12
 
+/* Test-only crash points (SNAPFG_TEST_CRASH_AT). */
+enum fault_point {
+  FAULT_NONE,
+  FAULT_AFTER_COW_DATA,
+  FAULT_AFTER_METADATA,
+  FAULT_BEFORE_ORIGIN_WRITE,
+};
+
 enum snapshot_state {
   SNAPSHOT_VALID,
   SNAPSHOT_INVALID,            /* COW full during an origin write, or I/O error */
@@ -52,6 +60,9 @@ struct snapfg_engine {
 
   /* Test hook: SNAPFG_TEST_DELAY_US widens the race windows. */
   unsigned test_delay_us;
+  /* Test hook: SNAPFG_TEST_CRASH_AT kills the process at a fault point. */
+  enum fault_point fault_at;
+  atomic_long fault_countdown;
 
   /* A chunk's worth of zeroes (the largest chunk size), for zeroing
    * snapshot chunks.  Read-only after open.
@@ -69,6 +80,10 @@ snapshot_is_valid (const struct snapfg_snapshot *s)
 /* Mark a snapshot Invalid (once), telling its store; says why. */
 extern void snapshot_invalidate (struct snapfg_snapshot *s, const char *why,
                                  int err);
+
+/* Die here if the test hook asks for it. */
+extern void engine_fault_point (struct snapfg_engine *e,
+                                enum fault_point where);
 
 /* Sleep for the test hook, if set. */
 extern void engine_test_delay (const struct snapfg_engine *e);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <unistd.h>
+#include <signal.h>
 
 #include "engine-internal.h"
 #include "snapfg-log.h"
@@ -31,6 +32,37 @@ snapfg_check_block_size (int64_t block_size)
   if (block_size != 512 && block_size != 4096)
     return "must be 512 or 4096";
   return NULL;
+}
+
+/* Test hook: SNAPFG_TEST_CRASH_AT=WHERE[:N] kills the process at the Nth
+ * (default first) time it reaches WHERE: "cow-data" (a copy-out's data is
+ * written, its exception not yet committed), "metadata" (the exception is
+ * committed), "origin-write" (just before an origin write that needed a
+ * copy-out... or not, any origin write).
+ */
+static void
+parse_fault_point (struct snapfg_engine *e, const char *spec)
+{
+  static const struct { const char *name; enum fault_point where; } points[] = {
+    { "cow-data", FAULT_AFTER_COW_DATA },
+    { "metadata", FAULT_AFTER_METADATA },
+    { "origin-write", FAULT_BEFORE_ORIGIN_WRITE },
+  };
+  const char *colon;
+  size_t len;
+
+  e->fault_at = FAULT_NONE;
+  if (spec == NULL || *spec == '\0')
+    return;
+  colon = strchr (spec, ':');
+  len = colon ? (size_t) (colon - spec) : strlen (spec);
+  for (size_t i = 0; i < sizeof points / sizeof points[0]; ++i)
+    if (strlen (points[i].name) == len &&
+        strncmp (spec, points[i].name, len) == 0)
+      e->fault_at = points[i].where;
+  atomic_init (&e->fault_countdown, colon ? strtol (colon + 1, NULL, 10) : 1);
+  if (e->fault_at == FAULT_NONE)
+    snapfg_error ("SNAPFG_TEST_CRASH_AT=%s: unknown fault point", spec);
 }
 
 int
@@ -83,6 +115,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   env = getenv ("SNAPFG_TEST_DELAY_US");
   if (env && *env)
     e->test_delay_us = strtoul (env, NULL, 10);
+  parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
 
   *ep = e;
   return 0;
@@ -101,7 +134,8 @@ snapshot_free (struct snapfg_snapshot *s, bool clean)
 {
   if (s->store)
     s->store->ops->close (s->store, clean);
-  exception_table_destroy (&s->table);
+  if (s->table.stripes)
+    exception_table_destroy (&s->table);
   free (s->name);
   free (s);
 }
@@ -141,16 +175,25 @@ find_snapshot_locked (struct snapfg_engine *e, const char *name)
   return NULL;
 }
 
+static int
+load_exception (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
+{
+  struct snapfg_snapshot *s = opaque;
+
+  return exception_table_insert (&s->table, old_chunk, new_chunk);
+}
+
 int
 snapfg_snapshot_create (struct snapfg_engine *e,
                         const struct snapfg_snapshot_options *o)
 {
   struct snapfg_store_params params = {
-    .type = o->store_type ? o->store_type : "transient",
+    .type = o->store_type ? o->store_type : "persistent",
     .path = o->cow_path,
     .chunk_size = o->chunk_size ? o->chunk_size : SNAPFG_DEFAULT_CHUNK_SIZE,
     .cow_size = o->cow_size,
     .origin = &e->origin,
+    .origin_size = e->size,
   };
   struct snapfg_snapshot *s, **list;
   const char *problem;
@@ -179,8 +222,6 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   if (s == NULL)
     return -ENOMEM;
   s->engine = e;
-  s->chunk_size = params.chunk_size;
-  s->chunk_shift = __builtin_ctz (params.chunk_size);
   atomic_init (&s->state, SNAPSHOT_VALID);
   atomic_init (&s->overflow, false);
   s->name = strdup (o->name);
@@ -188,6 +229,16 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     free (s);
     return -ENOMEM;
   }
+  /* Opening the store may read the whole COW file: do it before stopping
+   * the world.  A reopened store's own chunk size wins.
+   */
+  r = store_open (&params, &s->store);
+  if (r < 0) {
+    snapshot_free (s, false);
+    return r;
+  }
+  s->chunk_size = s->store->chunk_size;
+  s->chunk_shift = s->store->chunk_shift;
   r = exception_table_init (&s->table,
                             e->locking == SNAPFG_LOCKING_GLOBAL
                             ? 0 : SNAPFG_STRIPE_BITS);
@@ -195,13 +246,14 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     snapshot_free (s, false);
     return r;
   }
-  /* Opening the store may read the whole COW file: do it before stopping
-   * the world.
-   */
-  r = store_open (&params, &s->store);
-  if (r < 0) {
-    snapshot_free (s, false);
-    return r;
+  if (s->store->opened_invalid)
+    atomic_store (&s->state, SNAPSHOT_INVALID);
+  else if (s->store->ops->load) {
+    r = s->store->ops->load (s->store, load_exception, s);
+    if (r < 0) {
+      snapshot_free (s, false);
+      return r;
+    }
   }
 
   /* The snapshot's point in time: every origin write in flight holds the
@@ -338,6 +390,19 @@ snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
     snapfg_error ("snapshot %s (COW %s) is now Invalid: %s",
                   s->name, s->store->dev.path, why);
   s->store->ops->invalidate (s->store);
+}
+
+void
+engine_fault_point (struct snapfg_engine *e, enum fault_point where)
+{
+  if (e->fault_at != where)
+    return;
+  if (atomic_fetch_sub (&e->fault_countdown, 1) != 1)
+    return;
+  /* Die the way a crash or kill -9 would: no cleanup, no flush. */
+  snapfg_debug ("test fault point %d reached: killing the process", where);
+  kill (getpid (), SIGKILL);
+  pause ();
 }
 
 void

@@ -109,6 +109,7 @@ snapfg_origin_pwrite (struct snapfg_engine *e, const void *buf,
   token = percpu_rwlock_read_lock (&e->geometry);
   r = prepare_origin_change (e, count, offset);
   if (r == 0) {
+    engine_fault_point (e, FAULT_BEFORE_ORIGIN_WRITE);
     r = device_pwrite (&e->origin, buf, count, offset);
     if (r == 0 && (flags & SNAPFG_REQ_FUA))
       r = device_flush (&e->origin);

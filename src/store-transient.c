@@ -75,6 +75,7 @@ transient_close (struct snapfg_store *st, bool clean)
 
 static const struct snapfg_store_ops transient_ops = {
   .name = "transient",
+  .load = NULL,
   .alloc_chunk = transient_alloc_chunk,
   .commit = transient_commit,
   .flush = transient_flush,
@@ -83,48 +84,21 @@ static const struct snapfg_store_ops transient_ops = {
   .close = transient_close,
 };
 
-/* Open the COW device: create it if it does not exist, refuse the origin
- * itself, and refuse anything that holds data.
+/* A transient store starts empty every time: refuse a COW device that
+ * holds anything, since it might be somebody's data.
  */
 static int
-open_cow_device (const struct snapfg_store_params *params,
-                 struct snapfg_store *st)
+check_empty (const struct snapfg_store_params *params,
+             struct snapfg_store *st)
 {
   int r;
 
-  r = device_create (&st->dev, params->path);
-  if (r == 0) {
-    st->created = true;
+  if (st->created)
     return 0;
-  }
-  if (r != -EEXIST) {
-    snapfg_error ("cow=%s: cannot create the COW file: %s",
-                  params->path, strerror (-r));
-    return r;
-  }
-
-  r = device_open (&st->dev, params->path, false);
-  if (r == -EINVAL) {
-    snapfg_error ("cow=%s: not a regular file or block device",
-                  params->path);
-    return r;
-  }
-  if (r < 0) {
-    snapfg_error ("cow=%s: cannot open the COW file: %s",
-                  params->path, strerror (-r));
-    return r;
-  }
-  if (device_same (&st->dev, params->origin)) {
-    snapfg_error ("cow=%s: is the origin itself; the COW store must be "
-                  "a different file", params->path);
-    device_close (&st->dev);
-    return -EINVAL;
-  }
   r = device_is_all_zero (&st->dev);
   if (r < 0) {
     snapfg_error ("cow=%s: cannot read the COW file: %s",
                   params->path, strerror (-r));
-    device_close (&st->dev);
     return r;
   }
   if (r == 0) {
@@ -133,22 +107,9 @@ open_cow_device (const struct snapfg_store_params *params,
                   "file; a transient COW file left by a crash must be "
                   "removed by hand); refusing to overwrite it",
                   params->path);
-    device_close (&st->dev);
     return -EEXIST;
   }
   return 0;
-}
-
-/* Undo open_cow_device after a later error: remove the file only if we
- * created it, and leave anything else exactly as it was.
- */
-static void
-discard_new_store (struct snapfg_store *st)
-{
-  if (st->created)
-    unlink (st->dev.path);
-  device_close (&st->dev);
-  free (st);
 }
 
 int
@@ -156,7 +117,6 @@ transient_store_open (const struct snapfg_store_params *params,
                       struct snapfg_store **stp)
 {
   struct snapfg_store *st;
-  uint64_t cow_size;
   int r;
 
   st = calloc (1, sizeof *st);
@@ -166,35 +126,24 @@ transient_store_open (const struct snapfg_store_params *params,
   st->chunk_size = params->chunk_size;
   st->chunk_shift = __builtin_ctz (params->chunk_size);
 
-  r = open_cow_device (params, st);
+  r = store_open_device (params, st);
   if (r < 0) {
     free (st);
     return r;
   }
+  r = check_empty (params, st);
+  if (r < 0) {
+    store_discard_new (st);
+    return r;
+  }
 
   /* Default: room for a copy of every origin chunk. */
-  cow_size = params->cow_size;
-  if (cow_size == 0)
-    cow_size = (params->origin->size + st->chunk_size - 1)
-      & ~(uint64_t) (st->chunk_size - 1);
-  if (st->dev.is_block) {
-    if (params->cow_size > st->dev.size) {
-      snapfg_error ("cow-size=%" PRIu64 ": larger than the COW device "
-                    "%s (%" PRIu64 " bytes)",
-                    params->cow_size, st->dev.path, st->dev.size);
-      discard_new_store (st);
-      return -EINVAL;
-    }
-    if (params->cow_size == 0)
-      cow_size = st->dev.size;
-  }
-  st->max_chunks = cow_size >> st->chunk_shift;
-  if (st->max_chunks == 0) {
-    snapfg_error ("cow-size=%" PRIu64 ": smaller than one chunk "
-                  "(%" PRIu32 " bytes) of the COW store %s",
-                  cow_size, st->chunk_size, st->dev.path);
-    discard_new_store (st);
-    return -EINVAL;
+  r = store_set_size (params, st,
+                      (params->origin->size + st->chunk_size - 1)
+                      & ~(uint64_t) (st->chunk_size - 1));
+  if (r < 0) {
+    store_discard_new (st);
+    return r;
   }
   atomic_init (&st->next_chunk, 0);
   *stp = st;

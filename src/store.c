@@ -2,8 +2,11 @@
 
 #include <config.h>
 
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <errno.h>
+#include <inttypes.h>
 
 #include "store.h"
 #include "snapfg-log.h"
@@ -14,12 +17,8 @@ store_open (const struct snapfg_store_params *params,
 {
   if (strcmp (params->type, "transient") == 0)
     return transient_store_open (params, stp);
-  if (strcmp (params->type, "persistent") == 0) {
-    snapfg_error ("store=persistent: the persistent (dm on-disk format) "
-                  "store is not implemented in this version; "
-                  "use store=transient");
-    return -ENOTSUP;
-  }
+  if (strcmp (params->type, "persistent") == 0)
+    return persistent_store_open (params, stp);
   snapfg_error ("store=%s: unknown store type "
                 "(expected transient or persistent)", params->type);
   return -EINVAL;
@@ -37,5 +36,77 @@ store_bump_alloc (struct snapfg_store *st, uint64_t *new_chunk)
   if (chunk >= st->max_chunks)
     return -ENOSPC;
   *new_chunk = chunk;
+  return 0;
+}
+
+int
+store_open_device (const struct snapfg_store_params *params,
+                   struct snapfg_store *st)
+{
+  int r;
+
+  r = device_create (&st->dev, params->path);
+  if (r == 0) {
+    st->created = true;
+    return 0;
+  }
+  if (r != -EEXIST) {
+    snapfg_error ("cow=%s: cannot create the COW file: %s",
+                  params->path, strerror (-r));
+    return r;
+  }
+
+  r = device_open (&st->dev, params->path, false);
+  if (r == -EINVAL) {
+    snapfg_error ("cow=%s: not a regular file or block device",
+                  params->path);
+    return r;
+  }
+  if (r < 0) {
+    snapfg_error ("cow=%s: cannot open the COW file: %s",
+                  params->path, strerror (-r));
+    return r;
+  }
+  if (device_same (&st->dev, params->origin)) {
+    snapfg_error ("cow=%s: is the origin itself; the COW store must be "
+                  "a different file", params->path);
+    device_close (&st->dev);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+void
+store_discard_new (struct snapfg_store *st)
+{
+  if (st->created)
+    unlink (st->dev.path);
+  device_close (&st->dev);
+  free (st);
+}
+
+int
+store_set_size (const struct snapfg_store_params *params,
+                struct snapfg_store *st, uint64_t default_size)
+{
+  uint64_t cow_size = params->cow_size ? params->cow_size : default_size;
+
+  if (st->dev.is_block) {
+    if (params->cow_size > st->dev.size) {
+      snapfg_error ("cow-size=%" PRIu64 ": larger than the COW device "
+                    "%s (%" PRIu64 " bytes)",
+                    params->cow_size, st->dev.path, st->dev.size);
+      return -EINVAL;
+    }
+    if (params->cow_size == 0)
+      cow_size = st->dev.size;   /* a block device is limited by its size */
+  }
+  st->max_chunks = cow_size >> st->chunk_shift;
+  if (st->max_chunks == 0) {
+    snapfg_error ("cow-size=%" PRIu64 ": smaller than one chunk "
+                  "(%" PRIu32 " bytes) of the COW store %s",
+                  cow_size, st->chunk_size, st->dev.path);
+    return -EINVAL;
+  }
   return 0;
 }

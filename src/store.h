@@ -7,7 +7,8 @@
  *
  *   transient   exception table in memory only (dm's "N"); chunks are
  *               handed out by a bump pointer; every start is a new snapshot.
- *   persistent  dm-snapshot's on-disk format (not implemented yet).
+ *   persistent  dm-snapshot's on-disk format (DESIGN.md section 5): the
+ *               table survives restarts and crashes.
  */
 #ifndef SNAPFG_STORE_H
 #define SNAPFG_STORE_H
@@ -20,8 +21,15 @@
 
 struct snapfg_store;
 
+/* Called for each exception a store already holds when it is opened. */
+typedef int (*store_exception_fn) (void *opaque, uint64_t old_chunk,
+                                   uint64_t new_chunk);
+
 struct snapfg_store_ops {
   const char *name;
+
+  /* Pass every exception the store holds to fn (NULL: none can exist). */
+  int (*load) (struct snapfg_store *st, store_exception_fn fn, void *opaque);
 
   /* Take a free chunk.  -ENOSPC when the store is full. */
   int (*alloc_chunk) (struct snapfg_store *st, uint64_t *new_chunk);
@@ -52,9 +60,11 @@ struct snapfg_store {
   const struct snapfg_store_ops *ops;
   struct snapfg_device dev;        /* the COW file or block device */
   bool created;                    /* we created dev's file */
-  uint32_t chunk_size;
+  bool opened_invalid;             /* the store says the snapshot is Invalid */
+  uint32_t chunk_size;             /* may differ from the one asked for */
   unsigned chunk_shift;
   uint64_t max_chunks;             /* cow-size / chunk_size */
+  uint64_t origin_size;            /* bounds the old chunks a store may hold */
   atomic_uint_least64_t next_chunk;  /* bump allocator */
 };
 
@@ -65,6 +75,7 @@ struct snapfg_store_params {
   uint32_t chunk_size;
   uint64_t cow_size;               /* 0: the default */
   const struct snapfg_device *origin;
+  uint64_t origin_size;
 };
 
 /* Open (or create) the store at params->path.  Logs an error naming the
@@ -82,7 +93,26 @@ store_chunk_offset (const struct snapfg_store *st, uint64_t new_chunk)
 /* Shared by stores: take the next chunk from the bump pointer. */
 extern int store_bump_alloc (struct snapfg_store *st, uint64_t *new_chunk);
 
+/* Shared by stores: open or create the COW device named by params,
+ * refusing the origin itself.  On error, says why and returns -errno.
+ */
+extern int store_open_device (const struct snapfg_store_params *params,
+                              struct snapfg_store *st);
+/* Undo store_open_device after a later error: remove the file only if we
+ * created it, leave anything else exactly as it was, free st.
+ */
+extern void store_discard_new (struct snapfg_store *st);
+
+/* Shared by stores: set max_chunks from cow-size= or the store's default
+ * (a block device: its size).  Says why and returns -EINVAL if it is
+ * unusable.
+ */
+extern int store_set_size (const struct snapfg_store_params *params,
+                           struct snapfg_store *st, uint64_t default_size);
+
 extern int transient_store_open (const struct snapfg_store_params *params,
                                  struct snapfg_store **stp);
+extern int persistent_store_open (const struct snapfg_store_params *params,
+                                  struct snapfg_store **stp);
 
 #endif

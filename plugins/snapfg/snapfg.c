@@ -20,7 +20,7 @@
 /* Parameters (see nbdkit-snapfg-plugin(1)). */
 static char *origin_path;
 static char *cow_path;
-static const char *store_type = "transient";
+static const char *store_type = "persistent";
 static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
 static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
@@ -90,12 +90,8 @@ plugin_config (const char *key, const char *value)
   else if (strcmp (key, "store") == 0) {
     if (strcmp (value, "transient") == 0)
       store_type = "transient";
-    else if (strcmp (value, "persistent") == 0) {
-      nbdkit_error ("store=persistent: the persistent store (dm-snapshot's "
-                    "on-disk format) is not implemented in this version; "
-                    "use store=transient");
-      return -1;
-    }
+    else if (strcmp (value, "persistent") == 0)
+      store_type = "persistent";
     else {
       nbdkit_error ("store=%s: unknown store type "
                     "(expected transient or persistent)", value);
@@ -198,7 +194,7 @@ plugin_config_complete (void)
 #define plugin_config_help \
   "origin=<FILE>         (required) The origin disk (file or block device).\n" \
   "cow=<FILE>            COW store of the snapshot exported as \"snapshot\".\n" \
-  "store=transient       Exception store type.\n" \
+  "store=persistent|transient Exception store (default persistent).\n" \
   "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \

@@ -1,0 +1,515 @@
+/* snapfg: the persistent exception store, in Linux dm-snapshot's on-disk
+ * format (dm-format.h, DESIGN.md section 5).
+ *
+ * Crash safety comes from ordering.  A copy-out writes the chunk's data,
+ * then commits the exception: the data is made durable, then the
+ * metadata area holding the new pair is written and made durable, and
+ * only then does the engine let the origin chunk be overwritten.  After
+ * a crash the store reopens with every exception whose origin chunk may
+ * have changed.
+ *
+ * Group commit: concurrent copy-outs queue their pairs; one of them (the
+ * leader) writes every queued pair with one data sync, one area write
+ * and one metadata sync, while the others wait for it.  Pairs go into
+ * the areas in commit order, which need not be allocation order; a crash
+ * loses only the chunks allocated but not yet committed (they are
+ * reused after a restart unless a later-allocated chunk was committed,
+ * in which case they stay allocated but unused).
+ *
+ * Before an area fills up, the next one is zeroed and made durable: a
+ * full area makes a reader go on to the next one, which must end the
+ * table instead of holding stale pairs.
+ */
+
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+
+#include "store.h"
+#include "dm-format.h"
+#include "snapfg-log.h"
+
+struct pair {
+  uint64_t old_chunk;
+  uint64_t new_chunk;
+};
+
+struct persistent_store {
+  struct snapfg_store base;     /* first: the engine sees only this */
+  uint64_t pairs_per_area;
+
+  /* Group commit.  'lock' protects everything below down to 'failed'. */
+  pthread_mutex_t lock;
+  pthread_cond_t committed;
+  bool leader_active;           /* someone is writing a batch */
+  struct pair *queue;           /* pairs waiting for the next batch */
+  size_t nqueue, queue_cap;
+  struct pair *batch;           /* the leader's batch (swapped with queue) */
+  size_t batch_cap;
+  uint64_t queued;              /* pairs ever queued */
+  uint64_t durable;             /* pairs ever made durable */
+  int failed;                   /* sticky -errno after a failed commit */
+
+  /* The leader's on-disk state (only the leader touches these). */
+  unsigned char *area_buf;      /* the current area's contents */
+  uint64_t current_area;
+  uint64_t area_used;           /* pairs in the current area */
+  uint64_t zeroed_through;      /* areas up to this are zero or in use */
+  atomic_uint_least64_t metadata_areas; /* for usage: current_area + 1 */
+
+  /* Statistics, for the benchmark and debug output. */
+  atomic_uint_least64_t syncs;
+  atomic_uint_least64_t commits;
+  atomic_uint_least64_t groups;
+
+  bool invalidated;             /* header valid=0 written (under lock) */
+  bool fresh;                   /* formatted by us at open: empty table */
+};
+
+static struct persistent_store *
+ps_of (struct snapfg_store *st)
+{
+  return (struct persistent_store *) st;
+}
+
+static int
+ps_sync (struct persistent_store *ps)
+{
+  atomic_fetch_add (&ps->syncs, 1);
+  return device_flush (&ps->base.dev);
+}
+
+static int
+write_header (struct persistent_store *ps, uint32_t valid)
+{
+  unsigned char buf[512] = { 0 };
+  struct dm_header h = {
+    .magic = DM_SNAP_MAGIC,
+    .valid = valid,
+    .version = DM_SNAP_VERSION,
+    .chunk_sectors = ps->base.chunk_size / 512,
+  };
+
+  dm_header_encode (&h, buf);
+  return device_pwrite (&ps->base.dev, buf, sizeof buf, 0);
+}
+
+static int
+zero_area (struct persistent_store *ps, uint64_t area)
+{
+  struct snapfg_store *st = &ps->base;
+  uint64_t chunk = dm_area_chunk (area, ps->pairs_per_area);
+
+  /* A fresh buffer of zeroes the size of a chunk; areas are rare. */
+  void *zeroes = calloc (1, st->chunk_size);
+  int r;
+
+  if (zeroes == NULL)
+    return -ENOMEM;
+  r = device_pwrite (&st->dev, zeroes, st->chunk_size,
+                     store_chunk_offset (st, chunk));
+  free (zeroes);
+  return r;
+}
+
+static int
+persistent_alloc_chunk (struct snapfg_store *st, uint64_t *new_chunk)
+{
+  struct persistent_store *ps = ps_of (st);
+  uint64_t chunk = atomic_load (&st->next_chunk);
+  uint64_t next;
+
+  /* A bump pointer that hops over metadata areas, without a lock. */
+  do {
+    if (chunk >= st->max_chunks)
+      return -ENOSPC;
+    next = dm_skip_metadata (chunk + 1, ps->pairs_per_area);
+  } while (!atomic_compare_exchange_weak (&st->next_chunk, &chunk, next));
+  *new_chunk = chunk;
+  return 0;
+}
+
+static void
+write_area_pair (struct persistent_store *ps, const struct pair *p)
+{
+  dm_pair_encode (ps->area_buf + ps->area_used * DM_SNAP_PAIR_SIZE,
+                  p->old_chunk, p->new_chunk);
+  ps->area_used++;
+}
+
+static int
+write_current_area (struct persistent_store *ps)
+{
+  struct snapfg_store *st = &ps->base;
+  uint64_t chunk = dm_area_chunk (ps->current_area, ps->pairs_per_area);
+
+  return device_pwrite (&st->dev, ps->area_buf, st->chunk_size,
+                        store_chunk_offset (st, chunk));
+}
+
+/* The leader's work: make a batch of pairs durable.  Runs without the
+ * lock; only one leader at a time.
+ */
+static int
+commit_batch (struct persistent_store *ps, const struct pair *pairs, size_t n)
+{
+  const uint64_t ppa = ps->pairs_per_area;
+  /* The last area this batch writes to, and the one after it, which
+   * must be zero on disk before the batch can fill an area.
+   */
+  uint64_t last_area = ps->current_area + (ps->area_used + n) / ppa;
+  int r;
+
+  while (ps->zeroed_through < last_area + 1) {
+    r = zero_area (ps, ps->zeroed_through + 1);
+    if (r < 0)
+      return r;
+    ps->zeroed_through++;
+  }
+
+  /* 1. The chunks' data (and any zeroed areas) are durable. */
+  r = ps_sync (ps);
+  if (r < 0)
+    return r;
+
+  /* 2. The pairs, area by area, in commit order. */
+  for (size_t i = 0; i < n; ++i) {
+    write_area_pair (ps, &pairs[i]);
+    if (ps->area_used == ppa) {
+      r = write_current_area (ps);
+      if (r < 0)
+        return r;
+      ps->current_area++;
+      ps->area_used = 0;
+      memset (ps->area_buf, 0, ps->base.chunk_size);
+      atomic_store (&ps->metadata_areas, ps->current_area + 1);
+    }
+  }
+  if (ps->area_used > 0) {
+    r = write_current_area (ps);
+    if (r < 0)
+      return r;
+  }
+
+  /* 3. The metadata is durable: the origin may now be overwritten. */
+  r = ps_sync (ps);
+  if (r < 0)
+    return r;
+  atomic_fetch_add (&ps->groups, 1);
+  atomic_fetch_add (&ps->commits, n);
+  return 0;
+}
+
+static int
+queue_pair (struct persistent_store *ps, uint64_t old_chunk,
+            uint64_t new_chunk)
+{
+  if (ps->nqueue == ps->queue_cap) {
+    size_t cap = ps->queue_cap ? ps->queue_cap * 2 : 64;
+    struct pair *q = realloc (ps->queue, cap * sizeof *q);
+    if (q == NULL)
+      return -ENOMEM;
+    ps->queue = q;
+    ps->queue_cap = cap;
+  }
+  ps->queue[ps->nqueue].old_chunk = old_chunk;
+  ps->queue[ps->nqueue].new_chunk = new_chunk;
+  ps->nqueue++;
+  return 0;
+}
+
+static int
+persistent_commit (struct snapfg_store *st, uint64_t old_chunk,
+                   uint64_t new_chunk)
+{
+  struct persistent_store *ps = ps_of (st);
+  uint64_t mine;
+  int r;
+
+  pthread_mutex_lock (&ps->lock);
+  if (ps->failed) {
+    r = ps->failed;
+    pthread_mutex_unlock (&ps->lock);
+    return r;
+  }
+  r = queue_pair (ps, old_chunk, new_chunk);
+  if (r < 0) {
+    pthread_mutex_unlock (&ps->lock);
+    return r;
+  }
+  mine = ++ps->queued;
+
+  while (ps->durable < mine && ps->failed == 0) {
+    if (ps->leader_active) {
+      pthread_cond_wait (&ps->committed, &ps->lock);
+      continue;
+    }
+    /* Lead: take everything queued so far, including our own pair. */
+    struct pair *batch = ps->queue;
+    size_t n = ps->nqueue, cap = ps->queue_cap;
+    uint64_t upto = ps->queued;
+
+    ps->queue = ps->batch;
+    ps->queue_cap = ps->batch_cap;
+    ps->nqueue = 0;
+    ps->leader_active = true;
+    pthread_mutex_unlock (&ps->lock);
+
+    r = commit_batch (ps, batch, n);
+
+    pthread_mutex_lock (&ps->lock);
+    ps->batch = batch;
+    ps->batch_cap = cap;
+    ps->leader_active = false;
+    if (r < 0)
+      ps->failed = r;
+    else
+      ps->durable = upto;
+    pthread_cond_broadcast (&ps->committed);
+  }
+  r = ps->durable >= mine ? 0 : ps->failed;
+  pthread_mutex_unlock (&ps->lock);
+  return r;
+}
+
+static int
+persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
+{
+  struct persistent_store *ps = ps_of (st);
+  struct dm_load_result res;
+  char why[256];
+  int r;
+
+  if (st->opened_invalid || ps->fresh)
+    return 0;                   /* nothing to load, or not to be used */
+  r = dm_load_exceptions (&st->dev, st->chunk_size,
+                          (st->origin_size + st->chunk_size - 1)
+                          >> st->chunk_shift,
+                          fn, opaque, &res, why, sizeof why);
+  if (r < 0) {
+    snapfg_error ("cow=%s: %s; refusing to use it (the file is left "
+                  "unchanged)", st->dev.path, why);
+    return r;
+  }
+  ps->current_area = res.current_area;
+  ps->area_used = res.area_used;
+  ps->zeroed_through = res.current_area;
+  atomic_store (&ps->metadata_areas, res.current_area + 1);
+  atomic_store (&st->next_chunk, res.next_free);
+  /* The current area's pairs: the next commit rewrites the area whole. */
+  r = device_pread (&st->dev, ps->area_buf, st->chunk_size,
+                    store_chunk_offset (st, dm_area_chunk (res.current_area,
+                                                           ps->pairs_per_area)));
+  if (r < 0) {
+    snapfg_error ("cow=%s: cannot read metadata area %" PRIu64 ": %s",
+                  st->dev.path, res.current_area, strerror (-r));
+    return r;
+  }
+  snapfg_debug ("cow=%s: reopened persistent store: %" PRIu64
+                " exceptions, %" PRIu64 " metadata areas, next free chunk %"
+                PRIu64, st->dev.path, res.exceptions, res.current_area + 1,
+                res.next_free);
+  return 0;
+}
+
+static int
+persistent_flush (struct snapfg_store *st)
+{
+  return ps_sync (ps_of (st));
+}
+
+static void
+persistent_invalidate (struct snapfg_store *st)
+{
+  struct persistent_store *ps = ps_of (st);
+  int r;
+
+  /* Say it on disk, durably, so that a restart keeps it Invalid.  Under
+   * the commit lock so that no batch is being written meanwhile... the
+   * leader runs unlocked, but the header is a different chunk.
+   */
+  pthread_mutex_lock (&ps->lock);
+  if (!ps->invalidated && !st->dev.readonly) {
+    ps->invalidated = true;
+    r = write_header (ps, 0);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r < 0)
+      snapfg_error ("cow=%s: could not mark the store Invalid on disk: %s",
+                    st->dev.path, strerror (-r));
+  }
+  pthread_mutex_unlock (&ps->lock);
+}
+
+static void
+persistent_usage (const struct snapfg_store *st, uint64_t *allocated,
+                  uint64_t *total, uint64_t *metadata)
+{
+  struct persistent_store *ps = ps_of ((struct snapfg_store *) st);
+  uint64_t next = atomic_load (&((struct snapfg_store *) st)->next_chunk);
+  uint64_t sectors_per_chunk = st->chunk_size / 512;
+
+  /* As dm reports it: allocated counts every chunk up to the next free
+   * one, header and metadata included; metadata is the header and the
+   * areas in use.
+   */
+  if (next > st->max_chunks)
+    next = st->max_chunks;
+  *allocated = next * sectors_per_chunk;
+  *total = st->max_chunks * sectors_per_chunk;
+  *metadata = (1 + atomic_load (&ps->metadata_areas)) * sectors_per_chunk;
+}
+
+static void
+persistent_close (struct snapfg_store *st, bool clean)
+{
+  struct persistent_store *ps = ps_of (st);
+
+  if (clean && !st->dev.readonly && !st->opened_invalid)
+    device_flush (&st->dev);
+  snapfg_debug ("cow=%s: %" PRIu64 " exceptions committed in %" PRIu64
+                " groups with %" PRIu64 " syncs",
+                st->dev.path, (uint64_t) atomic_load (&ps->commits),
+                (uint64_t) atomic_load (&ps->groups),
+                (uint64_t) atomic_load (&ps->syncs));
+  device_close (&st->dev);
+  pthread_cond_destroy (&ps->committed);
+  pthread_mutex_destroy (&ps->lock);
+  free (ps->queue);
+  free (ps->batch);
+  free (ps->area_buf);
+  free (ps);
+}
+
+static const struct snapfg_store_ops persistent_ops = {
+  .name = "persistent",
+  .load = persistent_load,
+  .alloc_chunk = persistent_alloc_chunk,
+  .commit = persistent_commit,
+  .flush = persistent_flush,
+  .invalidate = persistent_invalidate,
+  .usage = persistent_usage,
+  .close = persistent_close,
+};
+
+/* Start a new store in an empty or all-zero COW device. */
+static int
+format_new_store (struct persistent_store *ps)
+{
+  struct snapfg_store *st = &ps->base;
+  int r;
+
+  /* Area 0 and area 1 zero first, then the header, then sync: a crash
+   * before the header is durable leaves an all-zero (new) store.
+   */
+  r = zero_area (ps, 0);
+  if (r == 0)
+    r = zero_area (ps, 1);
+  if (r == 0)
+    r = ps_sync (ps);
+  if (r == 0)
+    r = write_header (ps, 1);
+  if (r == 0)
+    r = ps_sync (ps);
+  if (r < 0) {
+    snapfg_error ("cow=%s: cannot write a new store: %s",
+                  st->dev.path, strerror (-r));
+    return r;
+  }
+  ps->fresh = true;
+  ps->current_area = 0;
+  ps->area_used = 0;
+  ps->zeroed_through = 1;
+  atomic_store (&ps->metadata_areas, 1);
+  atomic_store (&st->next_chunk, 2);
+  return 0;
+}
+
+int
+persistent_store_open (const struct snapfg_store_params *params,
+                       struct snapfg_store **stp)
+{
+  struct persistent_store *ps;
+  struct snapfg_store *st;
+  struct dm_header h;
+  enum dm_header_kind kind;
+  uint64_t origin_chunks, areas;
+  char why[256];
+  int r;
+
+  ps = calloc (1, sizeof *ps);
+  if (ps == NULL)
+    return -ENOMEM;
+  st = &ps->base;
+  st->ops = &persistent_ops;
+  st->origin_size = params->origin_size;
+  pthread_mutex_init (&ps->lock, NULL);
+  pthread_cond_init (&ps->committed, NULL);
+
+  r = store_open_device (params, st);
+  if (r < 0) {
+    free (ps);
+    return r;
+  }
+
+  r = dm_read_header (&st->dev, &h, &kind, why, sizeof why);
+  if (r < 0) {
+    snapfg_error ("cow=%s: %s; refusing to use it (the file is left "
+                  "unchanged)", params->path, why);
+    store_discard_new (st);
+    return r;
+  }
+
+  /* The store's own chunk size wins over chunk-size=. */
+  st->chunk_size = params->chunk_size;
+  if (kind == DM_HEADER_VALID) {
+    uint32_t stored = h.chunk_sectors * 512;
+    if (stored != params->chunk_size)
+      snapfg_debug ("cow=%s: the store's chunk size %" PRIu32 " overrides "
+                    "chunk-size=%" PRIu32, params->path, stored,
+                    params->chunk_size);
+    st->chunk_size = stored;
+    st->opened_invalid = h.valid == 0;
+  }
+  st->chunk_shift = __builtin_ctz (st->chunk_size);
+  ps->pairs_per_area = dm_pairs_per_area (st->chunk_size);
+
+  ps->area_buf = calloc (1, st->chunk_size);
+  if (ps->area_buf == NULL) {
+    store_discard_new (st);
+    return -ENOMEM;
+  }
+
+  /* Default size: the header, a copy of every origin chunk, the areas
+   * describing them and the zeroed area after the last one.
+   */
+  origin_chunks = (params->origin_size + st->chunk_size - 1)
+    >> st->chunk_shift;
+  areas = (origin_chunks + ps->pairs_per_area - 1) / ps->pairs_per_area;
+  r = store_set_size (params, st,
+                      (1 + origin_chunks + areas + 1) << st->chunk_shift);
+  if (r < 0) {
+    free (ps->area_buf);
+    store_discard_new (st);
+    return r;
+  }
+
+  if (kind == DM_HEADER_EMPTY) {
+    r = format_new_store (ps);
+    if (r < 0) {
+      free (ps->area_buf);
+      store_discard_new (st);
+      return r;
+    }
+  }
+  else if (st->opened_invalid)
+    snapfg_error ("cow=%s: the store is marked Invalid (valid = 0): the "
+                  "snapshot's export fails every request", params->path);
+
+  *stp = st;
+  return 0;
+}
