@@ -252,6 +252,8 @@ int
 exception_table_insert (struct exception_table *t,
                         uint64_t old_chunk, uint64_t new_chunk)
 {
+  if (new_chunk > SNAPFG_MAX_COW_CHUNKS)
+    return -ERANGE;
   struct exception_stripe *s = exception_table_stripe (t, old_chunk);
   int r;
 

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 
 #include "store.h"
+#include "exception-table.h"
 #include "snapfg-log.h"
 
 int
@@ -102,6 +103,13 @@ store_set_size (const struct snapfg_store_params *params,
       cow_size = st->dev.size;   /* a block device is limited by its size */
   }
   st->max_chunks = cow_size >> st->chunk_shift;
+  if (st->max_chunks > SNAPFG_MAX_COW_CHUNKS) {
+    snapfg_error ("cow-size=%" PRIu64 ": the COW store %s would hold more "
+                  "than %" PRIu32 " chunks of %" PRIu32 " bytes; use a "
+                  "larger chunk-size", cow_size, st->dev.path,
+                  SNAPFG_MAX_COW_CHUNKS, st->chunk_size);
+    return -EINVAL;
+  }
   if (st->max_chunks == 0) {
     snapfg_error ("cow-size=%" PRIu64 ": smaller than one chunk "
                   "(%" PRIu32 " bytes) of the COW store %s",
