@@ -9,8 +9,9 @@
  * have changed.
  *
  * Group commit: concurrent copy-outs queue their pairs; one of them (the
- * leader) writes every queued pair with one data sync, one area write
- * and one metadata sync, while the others wait for it.  Pairs go into
+ * leader) syncs once for all of them and writes their areas; the next
+ * round's sync makes those areas durable while also covering the next
+ * batch's data (see lead_commits), while the others wait.  Pairs go into
  * the areas in commit order, which need not be allocation order; a crash
  * loses only the chunks allocated but not yet committed (they are
  * reused after a restart unless a later-allocated chunk was committed,
@@ -51,6 +52,7 @@ struct persistent_store {
   struct pair *batch;           /* the leader's batch (swapped with queue) */
   size_t batch_cap;
   uint64_t queued;              /* pairs ever queued */
+  uint64_t written;             /* pairs ever written into their areas */
   uint64_t durable;             /* pairs ever made durable */
   int failed;                   /* sticky -errno after a failed commit */
 
@@ -151,17 +153,15 @@ write_current_area (struct persistent_store *ps)
                         store_chunk_offset (st, chunk));
 }
 
-/* The leader's work: make a batch of pairs durable.  Runs without the
- * lock; only one leader at a time.
+/* Before a batch of n pairs is written, every area it could fill must
+ * be followed by a zeroed area (made durable by the sync that precedes
+ * the area writes).
  */
 static int
-commit_batch (struct persistent_store *ps, const struct pair *pairs, size_t n)
+zero_areas_ahead (struct persistent_store *ps, size_t n)
 {
-  const uint64_t ppa = ps->pairs_per_area;
-  /* The last area this batch writes to, and the one after it, which
-   * must be zero on disk before the batch can fill an area.
-   */
-  uint64_t last_area = ps->current_area + (ps->area_used + n) / ppa;
+  uint64_t last_area = ps->current_area
+    + (ps->area_used + n) / ps->pairs_per_area;
   int r;
 
   while (ps->zeroed_through < last_area + 1) {
@@ -170,16 +170,20 @@ commit_batch (struct persistent_store *ps, const struct pair *pairs, size_t n)
       return r;
     ps->zeroed_through++;
   }
+  return 0;
+}
 
-  /* 1. The chunks' data (and any zeroed areas) are durable. */
-  r = ps_sync (ps);
-  if (r < 0)
-    return r;
+/* Put a batch of pairs into the areas, in commit order, and write every
+ * area touched.  Not durable until the next sync.
+ */
+static int
+write_pairs (struct persistent_store *ps, const struct pair *pairs, size_t n)
+{
+  int r;
 
-  /* 2. The pairs, area by area, in commit order. */
   for (size_t i = 0; i < n; ++i) {
     write_area_pair (ps, &pairs[i]);
-    if (ps->area_used == ppa) {
+    if (ps->area_used == ps->pairs_per_area) {
       r = write_current_area (ps);
       if (r < 0)
         return r;
@@ -189,18 +193,8 @@ commit_batch (struct persistent_store *ps, const struct pair *pairs, size_t n)
       atomic_store (&ps->metadata_areas, ps->current_area + 1);
     }
   }
-  if (ps->area_used > 0) {
-    r = write_current_area (ps);
-    if (r < 0)
-      return r;
-  }
-
-  /* 3. The metadata is durable: the origin may now be overwritten. */
-  r = ps_sync (ps);
-  if (r < 0)
-    return r;
-  atomic_fetch_add (&ps->groups, 1);
-  atomic_fetch_add (&ps->commits, n);
+  if (ps->area_used > 0)
+    return write_current_area (ps);
   return 0;
 }
 
@@ -220,6 +214,50 @@ queue_pair (struct persistent_store *ps, uint64_t old_chunk,
   ps->queue[ps->nqueue].new_chunk = new_chunk;
   ps->nqueue++;
   return 0;
+}
+
+/* The leader's loop, entered and left with ps->lock held.  Each round
+ * takes the queued pairs, syncs once, and then writes them into their
+ * areas.  That one sync makes the queued pairs' data durable *and* the
+ * areas written in the previous round durable, so under load a commit
+ * costs one sync per round, shared by every pair in it.  The leader
+ * stops when its own pair is durable; a waiter takes over any rest.
+ */
+static void
+lead_commits (struct persistent_store *ps, uint64_t mine)
+{
+  while (ps->durable < mine && ps->failed == 0) {
+    struct pair *batch = ps->queue;
+    size_t n = ps->nqueue, cap = ps->queue_cap;
+    uint64_t queued_upto = ps->queued, written_upto = ps->written;
+    int r;
+
+    ps->queue = ps->batch;
+    ps->queue_cap = ps->batch_cap;
+    ps->nqueue = 0;
+    pthread_mutex_unlock (&ps->lock);
+
+    r = zero_areas_ahead (ps, n);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r == 0) {
+      pthread_mutex_lock (&ps->lock);
+      ps->durable = written_upto;       /* areas written last round */
+      pthread_cond_broadcast (&ps->committed);
+      pthread_mutex_unlock (&ps->lock);
+      r = write_pairs (ps, batch, n);   /* data of this batch is durable */
+      if (r == 0 && n > 0)
+        atomic_fetch_add (&ps->groups, 1);
+    }
+
+    pthread_mutex_lock (&ps->lock);
+    ps->batch = batch;
+    ps->batch_cap = cap;
+    if (r < 0)
+      ps->failed = r;
+    else
+      ps->written = queued_upto;
+  }
 }
 
 static int
@@ -248,30 +286,14 @@ persistent_commit (struct snapfg_store *st, uint64_t old_chunk,
       pthread_cond_wait (&ps->committed, &ps->lock);
       continue;
     }
-    /* Lead: take everything queued so far, including our own pair. */
-    struct pair *batch = ps->queue;
-    size_t n = ps->nqueue, cap = ps->queue_cap;
-    uint64_t upto = ps->queued;
-
-    ps->queue = ps->batch;
-    ps->queue_cap = ps->batch_cap;
-    ps->nqueue = 0;
     ps->leader_active = true;
-    pthread_mutex_unlock (&ps->lock);
-
-    r = commit_batch (ps, batch, n);
-
-    pthread_mutex_lock (&ps->lock);
-    ps->batch = batch;
-    ps->batch_cap = cap;
+    lead_commits (ps, mine);
     ps->leader_active = false;
-    if (r < 0)
-      ps->failed = r;
-    else
-      ps->durable = upto;
     pthread_cond_broadcast (&ps->committed);
   }
   r = ps->durable >= mine ? 0 : ps->failed;
+  if (r == 0)
+    atomic_fetch_add (&ps->commits, 1);
   pthread_mutex_unlock (&ps->lock);
   return r;
 }
