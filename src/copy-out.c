@@ -43,6 +43,7 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
       if (snapfg_debug_lock)
         snapfg_debug ("snapshot %s: chunk %" PRIu64 " is being copied, "
                       "waiting", s->name, chunk);
+      stats_add (&s->stats, STAT_PENDING_WAITS, 1);
       exception_stripe_wait (stripe);
       continue;
     }
@@ -181,6 +182,8 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
   if (snapfg_debug_cow)
     snapfg_debug ("snapshot %s: chunk %" PRIu64 " -> COW chunk %" PRIu64
                   "%s", s->name, chunk, nc, data ? " (snapshot write)" : "");
+  stats_add (&s->stats, STAT_COPY_OUTS, 1);
+  stats_add (&s->stats, STAT_BYTES_COPIED, s->chunk_size);
   *new_chunk = nc;
   return 0;
 

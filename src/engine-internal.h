@@ -13,6 +13,7 @@
 #include "exception-table.h"
 #include "percpu-rwlock.h"
 #include "store.h"
+#include "stats.h"
 
 /* log2 of the number of stripes with locking=striped.  4096 stripes of
  * 128 bytes: 512 KiB per snapshot, and two copy-outs or a copy-out and a
@@ -31,6 +32,7 @@ enum fault_point {
 enum snapshot_state {
   SNAPSHOT_VALID,
   SNAPSHOT_INVALID,            /* COW full during an origin write, or I/O error */
+  SNAPSHOT_DROPPED,            /* removed; open connections get errors */
 };
 
 struct snapfg_snapshot {
@@ -42,6 +44,8 @@ struct snapfg_snapshot {
   unsigned chunk_shift;
   atomic_int state;            /* enum snapshot_state */
   atomic_bool overflow;        /* a snapshot write found the store full */
+  atomic_int refs;             /* the engine's list, and each connection */
+  struct snapfg_stats stats;   /* this export's requests, copy-outs into it */
 };
 
 struct snapfg_engine {
@@ -56,6 +60,7 @@ struct snapfg_engine {
 
   struct snapfg_device origin;
   uint64_t size;               /* the origin's size, fixed */
+  struct snapfg_stats stats;   /* the origin export's requests */
   enum snapfg_locking locking;
 
   /* Test hook: SNAPFG_TEST_DELAY_US widens the race windows. */

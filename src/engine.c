@@ -111,6 +111,11 @@ snapfg_engine_open (const struct snapfg_options *opts,
   r = percpu_rwlock_init (&e->geometry);
   if (r < 0)
     goto err_zeroes;
+  r = stats_init (&e->stats);
+  if (r < 0) {
+    percpu_rwlock_destroy (&e->geometry);
+    goto err_zeroes;
+  }
 
   env = getenv ("SNAPFG_TEST_DELAY_US");
   if (env && *env)
@@ -136,6 +141,7 @@ snapshot_free (struct snapfg_snapshot *s, bool clean)
     s->store->ops->close (s->store, clean);
   if (s->table.stripes)
     exception_table_destroy (&s->table);
+  stats_destroy (&s->stats);
   free (s->name);
   free (s);
 }
@@ -145,9 +151,15 @@ snapfg_engine_close (struct snapfg_engine *e)
 {
   if (e == NULL)
     return;
-  for (size_t i = 0; i < e->nsnapshots; ++i)
-    snapshot_free (e->snapshots[i], true);
+  /* Every connection is closed by now, so the list holds the last
+   * reference to each snapshot.
+   */
+  for (size_t i = 0; i < e->nsnapshots; ++i) {
+    atomic_store (&e->snapshots[i]->state, SNAPSHOT_DROPPED);
+    snapfg_snapshot_put (e->snapshots[i]);
+  }
   free (e->snapshots);
+  stats_destroy (&e->stats);
   percpu_rwlock_destroy (&e->geometry);
   free ((void *) e->zeroes);
   device_close (&e->origin);
@@ -224,8 +236,10 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   s->engine = e;
   atomic_init (&s->state, SNAPSHOT_VALID);
   atomic_init (&s->overflow, false);
+  atomic_init (&s->refs, 1);    /* the engine's list */
   s->name = strdup (o->name);
-  if (s->name == NULL) {
+  if (s->name == NULL || stats_init (&s->stats) < 0) {
+    free (s->name);
     free (s);
     return -ENOMEM;
   }
@@ -287,33 +301,170 @@ snapfg_snapshot_create (struct snapfg_engine *e,
 }
 
 struct snapfg_snapshot *
-snapfg_find_snapshot (struct snapfg_engine *e, const char *name)
+snapfg_snapshot_get (struct snapfg_engine *e, const char *name)
 {
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
   struct snapfg_snapshot *s = find_snapshot_locked (e, name);
 
+  if (s)
+    atomic_fetch_add (&s->refs, 1);
   percpu_rwlock_read_unlock (&e->geometry, token);
   return s;
 }
 
-size_t
-snapfg_snapshot_count (struct snapfg_engine *e)
+struct snapfg_snapshot *
+snapfg_snapshot_get_nth (struct snapfg_engine *e, size_t i)
 {
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  size_t n = e->nsnapshots;
+  struct snapfg_snapshot *s = i < e->nsnapshots ? e->snapshots[i] : NULL;
 
+  if (s)
+    atomic_fetch_add (&s->refs, 1);
   percpu_rwlock_read_unlock (&e->geometry, token);
-  return n;
+  return s;
+}
+
+void
+snapfg_snapshot_put (struct snapfg_snapshot *s)
+{
+  if (s && atomic_fetch_sub (&s->refs, 1) == 1)
+    snapshot_free (s, true);
 }
 
 const char *
-snapfg_snapshot_name (struct snapfg_engine *e, size_t i)
+snapfg_snapshot_name (const struct snapfg_snapshot *s)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  const char *name = i < e->nsnapshots ? e->snapshots[i]->name : NULL;
+  return s->name;
+}
 
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  return name;
+int
+snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
+{
+  struct snapfg_snapshot *s = NULL;
+  size_t i;
+
+  /* The write side: requests in flight on any view finish first, and no
+   * origin write is between its copy-outs and its data write.
+   */
+  percpu_rwlock_write_lock (&e->geometry);
+  for (i = 0; i < e->nsnapshots; ++i) {
+    if (strcmp (e->snapshots[i]->name, name) == 0) {
+      s = e->snapshots[i];
+      break;
+    }
+  }
+  if (s) {
+    memmove (&e->snapshots[i], &e->snapshots[i + 1],
+             (e->nsnapshots - i - 1) * sizeof *e->snapshots);
+    e->nsnapshots--;
+    e->min_chunk_size = compute_min_chunk_size (e);
+    atomic_store (&s->state, SNAPSHOT_DROPPED);
+  }
+  percpu_rwlock_write_unlock (&e->geometry);
+
+  if (s == NULL) {
+    snapfg_error ("drop: no snapshot named \"%s\"", name);
+    return -ENOENT;
+  }
+  snapfg_debug ("snapshot %s dropped (COW %s left as it is)",
+                s->name, s->store->dev.path);
+  snapfg_snapshot_put (s);      /* the list's reference */
+  return 0;
+}
+
+int
+snapfg_set_block_size (struct snapfg_engine *e, uint32_t block_size)
+{
+  const char *problem = snapfg_check_block_size (block_size);
+
+  if (problem) {
+    snapfg_error ("block size %" PRIu32 ": %s", block_size, problem);
+    return -EINVAL;
+  }
+  /* Requests in flight finish under the old geometry. */
+  percpu_rwlock_write_lock (&e->geometry);
+  e->block_size = block_size;
+  percpu_rwlock_write_unlock (&e->geometry);
+  if (snapfg_debug_lock)
+    snapfg_debug ("block size is now %" PRIu32 " for new connections",
+                  block_size);
+  return 0;
+}
+
+static int
+compare_chunks (const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+  return x < y ? -1 : x > y;
+}
+
+int
+snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
+                         void *opaque)
+{
+  uint64_t *chunks;
+  size_t n, i;
+  int r;
+
+  r = exception_table_collect (&s->table, &chunks, &n);
+  if (r < 0)
+    return r;
+  qsort (chunks, n, sizeof *chunks, compare_chunks);
+  for (i = 0; i < n && r == 0; ) {
+    size_t j = i + 1;
+    uint64_t start, end;
+
+    while (j < n && chunks[j] == chunks[j - 1] + 1)
+      j++;
+    start = chunks[i] << s->chunk_shift;
+    end = (chunks[j - 1] + 1) << s->chunk_shift;
+    if (end > s->engine->size)
+      end = s->engine->size;
+    r = fn (opaque, start, end - start);
+    i = j;
+  }
+  free (chunks);
+  return r;
+}
+
+void
+snapfg_view_connection (struct snapfg_engine *e, struct snapfg_snapshot *s,
+                        int delta)
+{
+  atomic_fetch_add (&(s ? &s->stats : &e->stats)->connections, delta);
+}
+
+void
+snapfg_view_stats (struct snapfg_engine *e, struct snapfg_snapshot *s,
+                   struct snapfg_view_stats *vs)
+{
+  memset (vs, 0, sizeof *vs);
+  stats_summarize (s ? &s->stats : &e->stats, &vs->requests);
+  if (s) {
+    vs->exceptions = exception_table_count (&s->table);
+    vs->lock_contention = exception_table_contention (&s->table);
+  }
+}
+
+void
+snapfg_snapshot_info (struct snapfg_snapshot *s,
+                      struct snapfg_snapshot_info *info)
+{
+  memset (info, 0, sizeof *info);
+  info->name = s->name;
+  info->store = s->store->ops->name;
+  info->cow_path = s->store->dev.path;
+  info->chunk_size = s->chunk_size;
+  snapfg_snapshot_status (s, info->status, sizeof info->status);
+  if (!snapshot_is_valid (s))
+    info->state = "Invalid";
+  else if (atomic_load (&s->overflow))
+    info->state = "Overflow";
+  else
+    info->state = "valid";
+  info->exceptions = exception_table_count (&s->table);
+  info->connections = atomic_load (&s->stats.connections);
 }
 
 uint64_t
@@ -413,10 +564,15 @@ engine_test_delay (const struct snapfg_engine *e)
 }
 
 int
-snapfg_flush (struct snapfg_engine *e)
+snapfg_flush (struct snapfg_engine *e, struct snapfg_snapshot *from)
 {
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
   int r = 0;
+
+  if (from && !snapshot_is_valid (from)) {
+    percpu_rwlock_read_unlock (&e->geometry, token);
+    return -EIO;
+  }
 
   /* COW first: an origin chunk on disk must never be newer than the
    * snapshots' copies of it.

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "stats.h"
 
 struct snapfg_engine;
 struct snapfg_snapshot;
@@ -61,12 +62,63 @@ extern void snapfg_engine_close (struct snapfg_engine *e);
 extern int snapfg_snapshot_create (struct snapfg_engine *e,
                                    const struct snapfg_snapshot_options *o);
 
-/* Find a snapshot by export name (NULL if none). */
-extern struct snapfg_snapshot *snapfg_find_snapshot (struct snapfg_engine *e,
-                                                     const char *name);
-/* Names of all snapshots, in creation order, for listing exports. */
-extern size_t snapfg_snapshot_count (struct snapfg_engine *e);
-extern const char *snapfg_snapshot_name (struct snapfg_engine *e, size_t i);
+/* Find a snapshot by export name and take a reference to it (NULL if
+ * none).  The reference keeps it alive after a drop; put it when done.
+ */
+extern struct snapfg_snapshot *snapfg_snapshot_get (struct snapfg_engine *e,
+                                                    const char *name);
+/* The i-th snapshot in creation order, referenced (NULL past the end). */
+extern struct snapfg_snapshot *snapfg_snapshot_get_nth (struct snapfg_engine *e,
+                                                        size_t i);
+extern void snapfg_snapshot_put (struct snapfg_snapshot *s);
+extern const char *snapfg_snapshot_name (const struct snapfg_snapshot *s);
+
+/* Remove a snapshot: it disappears from the exports, its connections get
+ * EIO, origin writes stop copying out into it; its COW file is left as
+ * it is.  In-flight requests finish first.
+ */
+extern int snapfg_snapshot_drop (struct snapfg_engine *e, const char *name);
+
+/* Change the advertised block size (512 or 4096) for new connections,
+ * after in-flight requests finish.
+ */
+extern int snapfg_set_block_size (struct snapfg_engine *e,
+                                  uint32_t block_size);
+
+/* The origin ranges written since the snapshot was taken (its remapped
+ * chunks, merged into extents), in order.
+ */
+typedef int (*snapfg_range_fn) (void *opaque, uint64_t offset,
+                                uint64_t length);
+extern int snapfg_snapshot_changed (struct snapfg_snapshot *s,
+                                    snapfg_range_fn fn, void *opaque);
+
+/* A connection to a view (s == NULL: the origin) opened (+1) or closed. */
+extern void snapfg_view_connection (struct snapfg_engine *e,
+                                    struct snapfg_snapshot *s, int delta);
+
+struct snapfg_view_stats {
+  struct stats_summary requests;   /* counters, latency, connections */
+  uint64_t exceptions;             /* completed exceptions (snapshots) */
+  uint64_t lock_contention;        /* stripe lock acquisitions that waited */
+};
+extern void snapfg_view_stats (struct snapfg_engine *e,
+                               struct snapfg_snapshot *s,
+                               struct snapfg_view_stats *vs);
+
+struct snapfg_snapshot_info {
+  const char *name;
+  const char *store;               /* "persistent" or "transient" */
+  const char *cow_path;
+  uint32_t chunk_size;
+  const char *state;               /* "valid", "Invalid", "Overflow",
+                                      "merging" */
+  char status[96];                 /* the dm status line */
+  uint64_t exceptions;
+  int connections;
+};
+extern void snapfg_snapshot_info (struct snapfg_snapshot *s,
+                                  struct snapfg_snapshot_info *info);
 
 /* Geometry. */
 extern uint64_t snapfg_size (struct snapfg_engine *e);
@@ -121,8 +173,11 @@ extern int snapfg_snapshot_extents (struct snapfg_snapshot *s,
                                     void *opaque);
 
 /* Flush: every completed write on every view becomes durable (COW data
- * and metadata of every snapshot, then the origin).
+ * and metadata of every snapshot, then the origin).  'from' is the view
+ * asking (NULL: the origin); like every request on an Invalid or dropped
+ * snapshot, a flush there fails with EIO.
  */
-extern int snapfg_flush (struct snapfg_engine *e);
+extern int snapfg_flush (struct snapfg_engine *e,
+                         struct snapfg_snapshot *from);
 
 #endif

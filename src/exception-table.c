@@ -304,3 +304,55 @@ exception_table_count (struct exception_table *t)
   }
   return count;
 }
+
+uint64_t
+exception_table_contention (struct exception_table *t)
+{
+  size_t n = (size_t) 1 << t->stripe_bits;
+  uint64_t contended = 0;
+
+  for (size_t i = 0; i < n; ++i) {
+    exception_stripe_lock (&t->stripes[i]);
+    contended += t->stripes[i].contended;
+    exception_stripe_unlock (&t->stripes[i]);
+  }
+  return contended;
+}
+
+int
+exception_table_collect (struct exception_table *t,
+                         uint64_t **chunksp, size_t *np)
+{
+  size_t nstripes = (size_t) 1 << t->stripe_bits;
+
+  for (;;) {
+    /* Size the array without holding any lock, fill it stripe by stripe
+     * (no allocation under a stripe lock), and start again if the table
+     * grew past it meanwhile.
+     */
+    size_t cap = exception_table_count (t) + 64, n = 0;
+    uint64_t *chunks = malloc (cap * sizeof *chunks);
+    bool overflow = false;
+
+    if (chunks == NULL)
+      return -ENOMEM;
+    for (size_t i = 0; i < nstripes && !overflow; ++i) {
+      struct exception_stripe *s = &t->stripes[i];
+
+      exception_stripe_lock (s);
+      if (n + s->ncompleted > cap)
+        overflow = true;
+      else
+        for (uint32_t j = 0; j < s->capacity; ++j)
+          if (s->slots[j].key)
+            chunks[n++] = s->slots[j].key - 1;
+      exception_stripe_unlock (s);
+    }
+    if (!overflow) {
+      *chunksp = chunks;
+      *np = n;
+      return 0;
+    }
+    free (chunks);
+  }
+}

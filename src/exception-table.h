@@ -63,8 +63,9 @@ struct exception_stripe {
   struct completed_slot *slots;     /* capacity is a power of two, or 0 */
   uint32_t capacity;
   uint32_t ncompleted;
-  uint32_t npending;                /* each reserves a completed slot */
-  uint32_t nwaiters;                /* threads in exception_stripe_wait */
+  uint16_t npending;                /* each reserves a completed slot */
+  uint16_t nwaiters;                /* threads in exception_stripe_wait */
+  uint32_t contended;               /* lock acquisitions that had to wait */
   struct pending_exception *pending;
   struct tracked_read *tracked;
 } SNAPFG_CACHE_ALIGNED;
@@ -87,10 +88,19 @@ exception_table_stripe (const struct exception_table *t, uint64_t old_chunk)
   return &t->stripes[t->stripe_bits ? h >> (64 - t->stripe_bits) : 0];
 }
 
+_Static_assert (sizeof (struct exception_stripe) == 2 * SNAPFG_CACHELINE,
+                "a stripe should fill exactly two cache lines");
+
 static inline void
 exception_stripe_lock (struct exception_stripe *s)
 {
-  pthread_mutex_lock (&s->lock);
+  /* Count contention (reported by snapfgctl stats) at the cost of a
+   * trylock, which is what an uncontended lock does anyway.
+   */
+  if (pthread_mutex_trylock (&s->lock) != 0) {
+    pthread_mutex_lock (&s->lock);
+    s->contended++;
+  }
 }
 
 static inline void
@@ -151,5 +161,14 @@ extern bool exception_table_lookup (const struct exception_table *t,
 
 /* Number of completed exceptions (takes every stripe lock in turn). */
 extern uint64_t exception_table_count (struct exception_table *t);
+
+/* Lock acquisitions that had to wait, over all stripes. */
+extern uint64_t exception_table_contention (struct exception_table *t);
+
+/* Every remapped old chunk, in no particular order, in a malloc'd array
+ * (*chunksp, *np).  Returns 0 or -ENOMEM.
+ */
+extern int exception_table_collect (struct exception_table *t,
+                                    uint64_t **chunksp, size_t *np);
 
 #endif

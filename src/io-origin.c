@@ -23,6 +23,7 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
   /* Origin reads consult no snapshot, but every request holds the read
    * side so that a geometry change waits for all in-flight I/O.
    */
+  uint64_t start = stats_now_ns ();
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
   int r = device_pread (&e->origin, buf, count, offset);
 
@@ -30,6 +31,7 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
   if (r < 0)
     snapfg_error ("origin=%s: read at %" PRIu64 " failed: %s",
                   e->origin.path, offset, strerror (-r));
+  stats_request (&e->stats, start, STAT_BYTES_READ, count, r);
   return r;
 }
 
@@ -101,6 +103,7 @@ int
 snapfg_origin_pwrite (struct snapfg_engine *e, const void *buf,
                       uint32_t count, uint64_t offset, unsigned flags)
 {
+  uint64_t start = stats_now_ns ();
   percpu_rwlock_token token;
   int r;
 
@@ -118,6 +121,7 @@ snapfg_origin_pwrite (struct snapfg_engine *e, const void *buf,
                     e->origin.path, offset, strerror (-r));
   }
   percpu_rwlock_read_unlock (&e->geometry, token);
+  stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);
   return r;
 }
 
@@ -126,6 +130,7 @@ snapfg_origin_zero (struct snapfg_engine *e, uint32_t count, uint64_t offset,
                     unsigned flags)
 {
   bool fast = flags & SNAPFG_REQ_FAST_ZERO;
+  uint64_t start = stats_now_ns ();
   percpu_rwlock_token token;
   int r;
 
@@ -150,6 +155,7 @@ snapfg_origin_zero (struct snapfg_engine *e, uint32_t count, uint64_t offset,
       r = device_flush (&e->origin);
   }
   percpu_rwlock_read_unlock (&e->geometry, token);
+  stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);
   return r;
 }
 
@@ -157,6 +163,7 @@ int
 snapfg_origin_trim (struct snapfg_engine *e, uint32_t count, uint64_t offset,
                     unsigned flags)
 {
+  uint64_t start = stats_now_ns ();
   percpu_rwlock_token token;
   int r;
 
@@ -175,6 +182,7 @@ snapfg_origin_trim (struct snapfg_engine *e, uint32_t count, uint64_t offset,
       r = device_flush (&e->origin);
   }
   percpu_rwlock_read_unlock (&e->geometry, token);
+  stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);
   return r;
 }
 

@@ -91,6 +91,7 @@ snapfg_snapshot_pread (struct snapfg_snapshot *s, void *buf, uint32_t count,
                        uint64_t offset)
 {
   struct snapfg_engine *e = s->engine;
+  uint64_t start = stats_now_ns ();
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
   const uint64_t mask = s->chunk_size - 1;
   const uint64_t end = offset + count;
@@ -136,6 +137,7 @@ snapfg_snapshot_pread (struct snapfg_snapshot *s, void *buf, uint32_t count,
   else
     release_run (&run);
   percpu_rwlock_read_unlock (&e->geometry, token);
+  stats_request (&s->stats, start, STAT_BYTES_READ, count, r);
   return r;
 }
 
@@ -145,6 +147,7 @@ snapshot_write (struct snapfg_snapshot *s, const void *data, uint32_t count,
                 uint64_t offset, unsigned flags)
 {
   struct snapfg_engine *e = s->engine;
+  uint64_t start = stats_now_ns ();
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
   const uint64_t mask = s->chunk_size - 1;
   const uint64_t end = offset + count;
@@ -193,6 +196,7 @@ snapshot_write (struct snapfg_snapshot *s, const void *data, uint32_t count,
     }
   }
   percpu_rwlock_read_unlock (&e->geometry, token);
+  stats_request (&s->stats, start, STAT_BYTES_WRITTEN, count, r);
   return r;
 }
 

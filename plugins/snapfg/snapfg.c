@@ -61,8 +61,11 @@ parse_size_param (const char *key, const char *value, int64_t *out)
 {
   int64_t size = nbdkit_parse_size (value);
 
-  if (size == -1)
+  if (size == -1) {
+    /* nbdkit's own message does not say which parameter it was. */
+    nbdkit_error ("%s=%s: not a valid size", key, value);
     return -1;
+  }
   *out = size;
   return 0;
 }
@@ -227,25 +230,23 @@ describe_origin (void)
 static int
 plugin_list_exports (int readonly, int is_tls, struct nbdkit_exports *exports)
 {
-  size_t n = snapfg_snapshot_count (engine);
   const char *description = describe_origin ();
+  struct snapfg_snapshot *s;
+  int r = 0;
 
   if (description == NULL ||
       nbdkit_add_export (exports, "origin", description) == -1)
     return -1;
-  for (size_t i = 0; i < n; ++i) {
-    const char *name = snapfg_snapshot_name (engine, i);
-    struct snapfg_snapshot *s = name ? snapfg_find_snapshot (engine, name)
-      : NULL;
-
-    if (s == NULL)
-      continue;
+  for (size_t i = 0; r == 0 && (s = snapfg_snapshot_get_nth (engine, i));
+       ++i) {
     description = describe_snapshot (s);
     if (description == NULL ||
-        nbdkit_add_export (exports, name, description) == -1)
-      return -1;
+        nbdkit_add_export (exports, snapfg_snapshot_name (s),
+                           description) == -1)
+      r = -1;
+    snapfg_snapshot_put (s);
   }
-  return 0;
+  return r;
 }
 
 static const char *
@@ -268,7 +269,7 @@ plugin_open (int readonly)
   if (name == NULL || strcmp (name, "") == 0 || strcmp (name, "origin") == 0)
     h->snapshot = NULL;
   else {
-    h->snapshot = snapfg_find_snapshot (engine, name);
+    h->snapshot = snapfg_snapshot_get (engine, name);
     if (h->snapshot == NULL) {
       nbdkit_error ("unknown export \"%s\" (exports: origin and the "
                     "snapshots listed by nbdinfo --list)", name);
@@ -276,13 +277,18 @@ plugin_open (int readonly)
       return NULL;
     }
   }
+  snapfg_view_connection (engine, h->snapshot, 1);
   return h;
 }
 
 static void
 plugin_close (void *handle)
 {
-  free (handle);
+  struct handle *h = handle;
+
+  snapfg_view_connection (engine, h->snapshot, -1);
+  snapfg_snapshot_put (h->snapshot);
+  free (h);
 }
 
 static const char *
@@ -440,7 +446,9 @@ plugin_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 static int
 plugin_flush (void *handle, uint32_t flags)
 {
-  return result (snapfg_flush (engine));
+  struct handle *h = handle;
+
+  return result (snapfg_flush (engine, h->snapshot));
 }
 
 static int

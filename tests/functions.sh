@@ -1,0 +1,302 @@
+# Helpers for the snapfg shell tests.  Source it from a test script:
+#
+#   source "$(dirname "$0")/functions.sh"
+#
+# It finds the plugin ($SNAPFG_PLUGIN) and the libnbd driver ($NBD_CHECK);
+# "make check" exports both, and when a test is run by hand from the top of
+# the build tree they default to plugins/snapfg/.libs/nbdkit-snapfg-plugin.so
+# and tests/nbd-check.  It creates $tmpdir (removed on exit unless
+# KEEP_TMP=1), and stops every nbdkit it started when the script exits.
+#
+# Exit codes follow automake: 0 pass, 1 fail, 77 skip.
+
+# shellcheck shell=bash
+
+_fn_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+test_name=$(basename "$0" .sh)
+_test_start=$SECONDS
+
+: "${top_srcdir:=$(cd "$_fn_dir/.." && pwd)}"
+
+info() { echo "$test_name: $*"; }
+
+# fail MESSAGE: print and exit 1 (the EXIT trap cleans up).
+fail() {
+    echo "$test_name: FAIL: $*" >&2
+    exit 1
+}
+
+# check_fail MESSAGE: record a failure and carry on; finish() fails the
+# test at the end.  Lets one run report every broken case.
+_check_failures=0
+check_fail() {
+    echo "$test_name: FAIL: $*" >&2
+    _check_failures=$((_check_failures + 1))
+}
+finish() {
+    [ "$_check_failures" -eq 0 ] || fail "$_check_failures check(s) failed (see above)"
+    info PASS
+}
+
+skip() {
+    echo "$test_name: SKIP: $*"
+    exit 77
+}
+
+# requires CMD...: skip the test if a command is missing.
+requires() {
+    local c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || skip "'$c' not found"
+    done
+}
+
+# have CMD: true if the command exists.
+have() { command -v "$1" >/dev/null 2>&1; }
+
+_find_first() {
+    local f
+    for f in "$@"; do
+        if [ -f "$f" ] && [ -x "$f" ]; then
+            (cd "$(dirname "$f")" && echo "$(pwd)/$(basename "$f")")
+            return 0
+        fi
+    done
+    return 1
+}
+
+if [ -z "${SNAPFG_PLUGIN:-}" ]; then
+    SNAPFG_PLUGIN=$(_find_first \
+        "$PWD/plugins/snapfg/.libs/nbdkit-snapfg-plugin.so" \
+        "$PWD/../plugins/snapfg/.libs/nbdkit-snapfg-plugin.so" \
+        "$_fn_dir/../plugins/snapfg/.libs/nbdkit-snapfg-plugin.so") || true
+fi
+if [ -z "${NBD_CHECK:-}" ]; then
+    NBD_CHECK=$(_find_first \
+        "$PWD/tests/nbd-check" \
+        "$PWD/nbd-check" \
+        "$_fn_dir/nbd-check") || true
+fi
+
+# require_snapfg: nbdkit, the built plugin and (optionally) the driver.
+require_snapfg() {
+    requires nbdkit
+    [ -n "$SNAPFG_PLUGIN" ] && [ -f "$SNAPFG_PLUGIN" ] ||
+        fail "plugin not found (SNAPFG_PLUGIN='${SNAPFG_PLUGIN:-}'): build it first, or run from the top of the build tree"
+}
+require_nbd_check() {
+    [ -n "$NBD_CHECK" ] && [ -x "$NBD_CHECK" ] ||
+        fail "driver nbd-check not found (NBD_CHECK='${NBD_CHECK:-}'): run 'make tests/nbd-check' first"
+}
+
+# --- temporary directory and cleanup ---------------------------------
+
+tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/snapfg-${test_name}.XXXXXX")
+declare -A _nbdkit_pids=()     # pidfile -> pid of the nbdkit we started
+declare -A _nbdkit_logs=()     # pidfile -> its stderr log
+_cleanup_hooks=()
+
+# on_exit COMMAND: run COMMAND (eval) during cleanup.
+on_exit() { _cleanup_hooks+=("$1"); }
+
+_proc_alive() {
+    # A zombie still answers kill -0; look at the state in /proc.
+    local st
+    st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
+_cleanup() {
+    local rc=$? pf pid h
+    set +e
+    for h in "${_cleanup_hooks[@]}"; do eval "$h"; done
+    for pf in "${!_nbdkit_pids[@]}"; do
+        pid=${_nbdkit_pids[$pf]}
+        if _proc_alive "$pid"; then
+            kill -TERM "$pid" 2>/dev/null
+            for _ in $(seq 50); do _proc_alive "$pid" || break; sleep 0.1; done
+            _proc_alive "$pid" && kill -KILL "$pid" 2>/dev/null
+        fi
+        wait "$pid" 2>/dev/null
+    done
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+        for pf in "${!_nbdkit_logs[@]}"; do
+            if [ -s "${_nbdkit_logs[$pf]}" ]; then
+                echo "--- last lines of nbdkit log ${_nbdkit_logs[$pf]} ---" >&2
+                tail -n 30 "${_nbdkit_logs[$pf]}" >&2
+            fi
+        done
+    fi
+    if [ "${KEEP_TMP:-0}" = 1 ]; then
+        echo "$test_name: keeping $tmpdir" >&2
+    else
+        rm -rf "$tmpdir"
+    fi
+    echo "$test_name: exit status $rc after $((SECONDS - _test_start)) s"
+    exit "$rc"
+}
+trap _cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- images ----------------------------------------------------------
+
+# make_random_image FILE BYTES
+make_random_image() {
+    head -c "$2" /dev/urandom >"$1"
+    [ "$(file_size "$1")" -eq "$2" ] || fail "could not create $1"
+}
+
+# make_zero_image FILE BYTES (allocated zeroes, not sparse)
+make_zero_image() {
+    head -c "$2" /dev/zero >"$1"
+}
+
+file_size() { stat -c %s "$1"; }
+
+checksum() { sha256sum <"$1" | cut -d' ' -f1; }
+
+# uri SOCK [EXPORT]
+uri() { echo "nbd+unix:///${2:-}?socket=$1"; }
+
+# --- nbdkit ----------------------------------------------------------
+
+# start_snapfg SOCK PIDFILE PARAMS...
+# Starts nbdkit -f in the background serving the plugin with PARAMS and
+# waits until it accepts connections.  Environment variables set on the
+# call (e.g. SNAPFG_TEST_DELAY_US=200 start_snapfg ...) reach nbdkit.
+# Extra nbdkit options go in $NBDKIT_OPTS (word-split).
+start_snapfg() {
+    local sock=$1 pidfile=$2 pid st
+    shift 2
+    local log="$pidfile.log"
+    rm -f "$sock" "$pidfile"
+    # shellcheck disable=SC2086
+    nbdkit -f --exit-with-parent ${NBDKIT_OPTS:-} -U "$sock" -P "$pidfile" \
+        "$SNAPFG_PLUGIN" "$@" 2>"$log" &
+    pid=$!
+    _nbdkit_pids[$pidfile]=$pid
+    _nbdkit_logs[$pidfile]=$log
+    for _ in $(seq 300); do
+        if [ -S "$sock" ] && [ -s "$pidfile" ]; then
+            return 0
+        fi
+        if ! _proc_alive "$pid"; then
+            st=0; wait "$pid" || st=$?
+            unset "_nbdkit_pids[$pidfile]"
+            cat "$log" >&2
+            fail "nbdkit exited with status $st during start-up: nbdkit $SNAPFG_PLUGIN $*"
+        fi
+        sleep 0.1
+    done
+    fail "nbdkit did not create $sock within 30 s: nbdkit $SNAPFG_PLUGIN $*"
+}
+
+# stop_nbdkit PIDFILE: SIGTERM, wait for the exit, and require a clean
+# exit status (a crash at shutdown fails the test).  Disconnect every
+# client first: nbdkit 1.32 does not exit while clients are connected.
+stop_nbdkit() {
+    local pidfile=$1 pid st=0
+    pid=${_nbdkit_pids[$pidfile]:-}
+    [ -n "$pid" ] || fail "stop_nbdkit: no nbdkit started with $pidfile"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 300); do
+        _proc_alive "$pid" || break
+        sleep 0.1
+    done
+    if _proc_alive "$pid"; then
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        unset "_nbdkit_pids[$pidfile]"
+        fail "nbdkit (pid $pid) did not exit within 30 s of SIGTERM"
+    fi
+    wait "$pid" || st=$?
+    unset "_nbdkit_pids[$pidfile]"
+    if [ "$st" -ne 0 ]; then
+        tail -n 30 "$pidfile.log" >&2 || true
+        fail "nbdkit exited with status $st (crash at shutdown?)"
+    fi
+}
+
+# expect_start_failure ERRFILE PARAMS...: nbdkit with PARAMS must refuse
+# to start (non-zero exit, no crash, no hang).  Its stderr goes to
+# ERRFILE.  --run true makes a successful start exit at once, so a
+# plugin that wrongly accepts the parameters is caught (and cleans up).
+expect_start_failure() {
+    local errfile=$1 st=0
+    shift
+    timeout 60 nbdkit -U - --run true "$SNAPFG_PLUGIN" "$@" \
+        >"$errfile.out" 2>"$errfile" || st=$?
+    case $st in
+        0) fail "nbdkit started but must refuse: $*" ;;
+        124) fail "nbdkit hung (60 s) instead of refusing: $*" ;;
+        1) ;;
+        *) cat "$errfile" >&2
+           fail "nbdkit exited with status $st (crash?) instead of a clean error: $*" ;;
+    esac
+}
+
+# expect_start_success PARAMS...: nbdkit with PARAMS starts and exits
+# cleanly.
+expect_start_success() {
+    local errfile="$tmpdir/start-success.err" st=0
+    timeout 60 nbdkit -U - --run true "$SNAPFG_PLUGIN" "$@" \
+        >/dev/null 2>"$errfile" || st=$?
+    if [ "$st" -ne 0 ]; then
+        cat "$errfile" >&2
+        fail "nbdkit failed to start (status $st) with valid parameters: $*"
+    fi
+}
+
+# try_start_failure ERRFILE PARAMS...: like expect_start_failure, but
+# records the failure with check_fail and returns 1 instead of exiting.
+try_start_failure() {
+    local errfile=$1 st=0
+    shift
+    timeout 60 nbdkit -U - --run true "$SNAPFG_PLUGIN" "$@" \
+        >"$errfile.out" 2>"$errfile" || st=$?
+    case $st in
+        1) return 0 ;;
+        0) check_fail "nbdkit started but must refuse: $*" ;;
+        124) check_fail "nbdkit hung (60 s) instead of refusing: $*" ;;
+        *) cat "$errfile" >&2
+           check_fail "nbdkit exited with status $st (crash?) instead of a clean error: $*" ;;
+    esac
+    return 1
+}
+
+# try_stderr ERRFILE STRING...: like expect_stderr, but records the
+# failure with check_fail and returns 1.
+try_stderr() {
+    local f=$1 s
+    shift
+    for s in "$@"; do
+        if ! grep -qF -- "$s" "$f"; then
+            echo "--- stderr was: ---" >&2
+            cat "$f" >&2
+            check_fail "error message does not mention '$s'"
+            return 1
+        fi
+    done
+}
+
+# expect_stderr ERRFILE STRING...: ERRFILE must contain every STRING.
+expect_stderr() {
+    local f=$1 s
+    shift
+    for s in "$@"; do
+        if ! grep -qF -- "$s" "$f"; then
+            echo "--- stderr was: ---" >&2
+            cat "$f" >&2
+            fail "error message does not mention '$s'"
+        fi
+    done
+}
+
+# time_it LABEL COMMAND...: run COMMAND and report how long it took.
+time_it() {
+    local label=$1 t0=$SECONDS
+    shift
+    "$@"
+    info "$label: $((SECONDS - t0)) s"
+}
