@@ -52,6 +52,10 @@ dm_header_encode (const struct dm_header *h, void *buf)
   put_le32 (p + 4, h->valid);
   put_le32 (p + 8, h->version);
   put_le32 (p + 12, h->chunk_sectors);
+  memset (p + SNAPFG_MERGE_MARK_OFFSET, 0, sizeof SNAPFG_MERGE_MARK);
+  if (h->snapfg_merging)
+    memcpy (p + SNAPFG_MERGE_MARK_OFFSET, SNAPFG_MERGE_MARK,
+            sizeof SNAPFG_MERGE_MARK);
 }
 
 void
@@ -63,6 +67,8 @@ dm_header_decode (const void *buf, struct dm_header *h)
   h->valid = get_le32 (p + 4);
   h->version = get_le32 (p + 8);
   h->chunk_sectors = get_le32 (p + 12);
+  h->snapfg_merging = memcmp (p + SNAPFG_MERGE_MARK_OFFSET, SNAPFG_MERGE_MARK,
+                              sizeof SNAPFG_MERGE_MARK) == 0;
 }
 
 void

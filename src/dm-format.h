@@ -32,7 +32,15 @@ struct dm_header {
   uint32_t valid;
   uint32_t version;
   uint32_t chunk_sectors;
+  /* snapfg's own mark, in the header chunk after dm's 16 bytes (which
+   * the kernel neither reads nor clears): a merge back into the origin
+   * is in progress and resumes on restart.
+   */
+  bool snapfg_merging;
 };
+
+#define SNAPFG_MERGE_MARK "snapfg:merging"
+#define SNAPFG_MERGE_MARK_OFFSET DM_SNAP_HEADER_SIZE
 
 static inline uint64_t
 dm_pairs_per_area (uint32_t chunk_size)

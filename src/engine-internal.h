@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <pthread.h>
 
 #include "engine.h"
 #include "device.h"
@@ -27,12 +28,14 @@ enum fault_point {
   FAULT_AFTER_COW_DATA,
   FAULT_AFTER_METADATA,
   FAULT_BEFORE_ORIGIN_WRITE,
+  FAULT_MERGE_BATCH,           /* a merge batch copied, not yet forgotten */
 };
 
 enum snapshot_state {
   SNAPSHOT_VALID,
   SNAPSHOT_INVALID,            /* COW full during an origin write, or I/O error */
   SNAPSHOT_DROPPED,            /* removed; open connections get errors */
+  SNAPSHOT_MERGING,            /* being merged into the origin (merge.c) */
 };
 
 struct snapfg_snapshot {
@@ -45,6 +48,12 @@ struct snapfg_snapshot {
   atomic_int state;            /* enum snapshot_state */
   atomic_bool overflow;        /* a snapshot write found the store full */
   atomic_int refs;             /* the engine's list, and each connection */
+
+  /* Merging (merge.c). */
+  pthread_t merge_thread;
+  bool merge_thread_running;
+  atomic_bool merge_stop;      /* the engine is closing: stop between batches */
+  atomic_uint_least64_t merge_done, merge_total;
   struct snapfg_stats stats;   /* this export's requests, copy-outs into it */
 };
 
@@ -57,6 +66,7 @@ struct snapfg_engine {
   struct snapfg_snapshot **snapshots;
   size_t nsnapshots;
   uint32_t min_chunk_size;     /* origin requests split at this size */
+  struct snapfg_snapshot *merging;  /* being merged: origin I/O is routed */
 
   struct snapfg_device origin;
   uint64_t size;               /* the origin's size, fixed */
@@ -85,6 +95,19 @@ snapshot_is_valid (const struct snapfg_snapshot *s)
 /* Mark a snapshot Invalid (once), telling its store; says why. */
 extern void snapshot_invalidate (struct snapfg_snapshot *s, const char *why,
                                  int err);
+
+/* Origin requests while a snapshot is being merged (merge.c): chunks
+ * not yet merged are read from and written to the COW store.  op is one
+ * of the MERGE_IO_* values.  Called with the geometry read side held.
+ */
+enum merge_io { MERGE_IO_READ, MERGE_IO_WRITE, MERGE_IO_ZERO, MERGE_IO_TRIM };
+extern int merge_origin_io (struct snapfg_engine *e, enum merge_io op,
+                            void *buf, uint32_t count, uint64_t offset,
+                            unsigned flags);
+/* Start the merge thread of a snapshot in state SNAPSHOT_MERGING. */
+extern int merge_start_thread (struct snapfg_snapshot *s);
+/* Stop and join a merge thread (engine close). */
+extern void merge_stop_thread (struct snapfg_snapshot *s);
 
 /* Die here if the test hook asks for it. */
 extern void engine_fault_point (struct snapfg_engine *e,

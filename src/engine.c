@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <unistd.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "engine-internal.h"
 #include "snapfg-log.h"
@@ -37,8 +38,8 @@ snapfg_check_block_size (int64_t block_size)
 /* Test hook: SNAPFG_TEST_CRASH_AT=WHERE[:N] kills the process at the Nth
  * (default first) time it reaches WHERE: "cow-data" (a copy-out's data is
  * written, its exception not yet committed), "metadata" (the exception is
- * committed), "origin-write" (just before an origin write that needed a
- * copy-out... or not, any origin write).
+ * committed), "origin-write" (just before any origin write), "merge" (a
+ * merge batch is copied into the origin but still in the COW table).
  */
 static void
 parse_fault_point (struct snapfg_engine *e, const char *spec)
@@ -47,6 +48,7 @@ parse_fault_point (struct snapfg_engine *e, const char *spec)
     { "cow-data", FAULT_AFTER_COW_DATA },
     { "metadata", FAULT_AFTER_METADATA },
     { "origin-write", FAULT_BEFORE_ORIGIN_WRITE },
+    { "merge", FAULT_MERGE_BATCH },
   };
   const char *colon;
   size_t len;
@@ -151,6 +153,8 @@ snapfg_engine_close (struct snapfg_engine *e)
 {
   if (e == NULL)
     return;
+  for (size_t i = 0; i < e->nsnapshots; ++i)
+    merge_stop_thread (e->snapshots[i]);
   /* Every connection is closed by now, so the list holds the last
    * reference to each snapshot.
    */
@@ -187,6 +191,26 @@ find_snapshot_locked (struct snapfg_engine *e, const char *name)
   return NULL;
 }
 
+/* Is the file at path already some snapshot's COW store?  Returns that
+ * snapshot's name.  (The origin itself is refused when the store opens.)
+ */
+static const char *
+cow_in_use_locked (struct snapfg_engine *e, const char *path)
+{
+  struct stat st;
+
+  if (stat (path, &st) == -1)
+    return NULL;                /* does not exist yet: not in use */
+  for (size_t i = 0; i < e->nsnapshots; ++i) {
+    const struct snapfg_device *dev = &e->snapshots[i]->store->dev;
+    if (S_ISBLK (st.st_mode) ? dev->is_block && dev->st_rdev == st.st_rdev
+        : !dev->is_block && dev->st_dev == st.st_dev &&
+          dev->st_ino == st.st_ino)
+      return e->snapshots[i]->name;
+  }
+  return NULL;
+}
+
 static int
 load_exception (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
 {
@@ -210,6 +234,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   struct snapfg_snapshot *s, **list;
   const char *problem;
   percpu_rwlock_token token;
+  const char *in_use;
   bool exists;
   int r;
 
@@ -224,10 +249,16 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   }
   token = percpu_rwlock_read_lock (&e->geometry);
   exists = find_snapshot_locked (e, o->name) != NULL;
+  in_use = cow_in_use_locked (e, o->cow_path);
   percpu_rwlock_read_unlock (&e->geometry, token);
   if (exists) {
     snapfg_error ("snapshot \"%s\" already exists", o->name);
     return -EEXIST;
+  }
+  if (in_use) {
+    snapfg_error ("cow=%s: already the COW store of snapshot \"%s\"; "
+                  "every snapshot needs its own", o->cow_path, in_use);
+    return -EBUSY;
   }
 
   s = calloc (1, sizeof *s);
@@ -280,6 +311,21 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     snapfg_error ("snapshot \"%s\" already exists", o->name);
     snapshot_free (s, false);
     return -EEXIST;
+  }
+  if (e->merging || (s->store->opened_merging && e->nsnapshots > 0)) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    snapfg_error ("snapshot \"%s\": snapshot %s is being merged into the "
+                  "origin; no other snapshot may exist until it is done",
+                  o->name, e->merging ? e->merging->name : o->name);
+    snapshot_free (s, false);
+    return -EBUSY;
+  }
+  if (s->store->opened_merging) {
+    /* A merge was under way: the origin view is the snapshot's from now
+     * on, and snapfg_engine_start_background resumes the copying.
+     */
+    atomic_store (&s->state, SNAPSHOT_MERGING);
+    e->merging = s;
   }
   list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
   if (list == NULL) {
@@ -352,6 +398,12 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
       s = e->snapshots[i];
       break;
     }
+  }
+  if (s && s == e->merging) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    snapfg_error ("drop: snapshot \"%s\" is being merged into the origin",
+                  name);
+    return -EBUSY;
   }
   if (s) {
     memmove (&e->snapshots[i], &e->snapshots[i + 1],
@@ -457,7 +509,12 @@ snapfg_snapshot_info (struct snapfg_snapshot *s,
   info->cow_path = s->store->dev.path;
   info->chunk_size = s->chunk_size;
   snapfg_snapshot_status (s, info->status, sizeof info->status);
-  if (!snapshot_is_valid (s))
+  if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
+    info->state = "merging";
+    info->merge_done = atomic_load (&s->merge_done);
+    info->merge_total = atomic_load (&s->merge_total);
+  }
+  else if (!snapshot_is_valid (s))
     info->state = "Invalid";
   else if (atomic_load (&s->overflow))
     info->state = "Overflow";
@@ -561,6 +618,21 @@ engine_test_delay (const struct snapfg_engine *e)
 {
   if (e->test_delay_us)
     usleep (e->test_delay_us);
+}
+
+int
+snapfg_engine_start_background (struct snapfg_engine *e)
+{
+  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  struct snapfg_snapshot *s = e->merging;
+  int r = 0;
+
+  percpu_rwlock_read_unlock (&e->geometry, token);
+  if (s) {
+    snapfg_debug ("snapshot %s: resuming an interrupted merge", s->name);
+    r = merge_start_thread (s);
+  }
+  return r;
 }
 
 int

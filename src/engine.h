@@ -53,6 +53,10 @@ extern const char *snapfg_check_block_size (int64_t block_size);
 /* Open the origin.  Logs an error naming the file on failure. */
 extern int snapfg_engine_open (const struct snapfg_options *opts,
                                struct snapfg_engine **ep);
+/* Start background work (a merge interrupted by a restart).  Call once
+ * the process will not fork any more.
+ */
+extern int snapfg_engine_start_background (struct snapfg_engine *e);
 /* Close everything, cleanly (stores are told the shutdown was clean). */
 extern void snapfg_engine_close (struct snapfg_engine *e);
 
@@ -116,7 +120,15 @@ struct snapfg_snapshot_info {
   char status[96];                 /* the dm status line */
   uint64_t exceptions;
   int connections;
+  uint64_t merge_done, merge_total;  /* chunks; total 0: not merging */
 };
+
+/* Start merging a persistent snapshot back into the origin in the
+ * background (dm's snapshot-merge): the origin view becomes the
+ * snapshot's view at once, the chunks are copied back, and the snapshot
+ * is gone when done.  A restart midway resumes.
+ */
+extern int snapfg_snapshot_merge (struct snapfg_engine *e, const char *name);
 extern void snapfg_snapshot_info (struct snapfg_snapshot *s,
                                   struct snapfg_snapshot_info *info);
 

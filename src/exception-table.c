@@ -166,6 +166,38 @@ exception_stripe_retire (struct exception_stripe *s,
     pthread_cond_broadcast (&s->changed);
 }
 
+bool
+exception_stripe_remove (struct exception_stripe *s, uint64_t old_chunk)
+{
+  uint32_t mask = s->capacity - 1, hole, i;
+  struct completed_slot *slot;
+
+  if (s->ncompleted == 0)
+    return false;
+  slot = probe (s->slots, s->capacity, old_chunk + 1);
+  if (slot->key == 0)
+    return false;
+
+  /* Backward-shift deletion keeps linear probing correct without
+   * tombstones: move later members of the cluster into the hole when
+   * their home slot does not lie between the hole and them.
+   */
+  hole = slot - s->slots;
+  for (i = (hole + 1) & mask; s->slots[i].key != 0; i = (i + 1) & mask) {
+    uint32_t home = slot_hash (s->slots[i].key) & mask;
+    bool movable = hole <= i ? (home <= hole || home > i)
+                             : (home <= hole && home > i);
+    if (movable) {
+      s->slots[hole] = s->slots[i];
+      hole = i;
+    }
+  }
+  s->slots[hole].key = 0;
+  s->slots[hole].new_chunk = 0;
+  s->ncompleted--;
+  return true;
+}
+
 void
 exception_stripe_track_read (struct exception_stripe *s,
                              struct tracked_read *tr, uint64_t old_chunk)

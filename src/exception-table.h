@@ -135,6 +135,12 @@ extern void exception_stripe_publish (struct exception_stripe *s,
 extern void exception_stripe_retire (struct exception_stripe *s,
                                      struct pending_exception *pe);
 
+/* Remove a completed exception (a merged chunk).  Returns true if it
+ * was there.
+ */
+extern bool exception_stripe_remove (struct exception_stripe *s,
+                                     uint64_t old_chunk);
+
 extern void exception_stripe_track_read (struct exception_stripe *s,
                                          struct tracked_read *tr,
                                          uint64_t old_chunk);

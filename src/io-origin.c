@@ -25,7 +25,9 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
    */
   uint64_t start = stats_now_ns ();
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  int r = device_pread (&e->origin, buf, count, offset);
+  int r = e->merging
+    ? merge_origin_io (e, MERGE_IO_READ, buf, count, offset, 0)
+    : device_pread (&e->origin, buf, count, offset);
 
   percpu_rwlock_read_unlock (&e->geometry, token);
   if (r < 0)
@@ -110,8 +112,12 @@ snapfg_origin_pwrite (struct snapfg_engine *e, const void *buf,
   if (e->origin.readonly)
     return -EROFS;
   token = percpu_rwlock_read_lock (&e->geometry);
-  r = prepare_origin_change (e, count, offset);
-  if (r == 0) {
+  if (e->merging)
+    r = merge_origin_io (e, MERGE_IO_WRITE, (void *) buf, count, offset,
+                         flags);
+  else
+    r = prepare_origin_change (e, count, offset);
+  if (r == 0 && !e->merging) {
     engine_fault_point (e, FAULT_BEFORE_ORIGIN_WRITE);
     r = device_pwrite (&e->origin, buf, count, offset);
     if (r == 0 && (flags & SNAPFG_REQ_FUA))
@@ -137,12 +143,17 @@ snapfg_origin_zero (struct snapfg_engine *e, uint32_t count, uint64_t offset,
   if (e->origin.readonly)
     return -EROFS;
   token = percpu_rwlock_read_lock (&e->geometry);
-  /* A fast zero must not do a copy-out: refuse before changing anything. */
-  if (fast && needs_copy_out (e, count, offset))
+  /* A fast zero must not do a copy-out: refuse before changing anything.
+   * During a merge zeroes may have to be written into COW chunks: not
+   * fast either.
+   */
+  if (fast && (e->merging || needs_copy_out (e, count, offset)))
     r = -ENOTSUP;
+  else if (e->merging)
+    r = merge_origin_io (e, MERGE_IO_ZERO, NULL, count, offset, flags);
   else
     r = prepare_origin_change (e, count, offset);
-  if (r == 0) {
+  if (r == 0 && !e->merging) {
     r = device_zero (&e->origin, count, offset,
                      flags & SNAPFG_REQ_MAY_TRIM, fast);
     if (r == -EOPNOTSUPP && fast)
@@ -173,8 +184,11 @@ snapfg_origin_trim (struct snapfg_engine *e, uint32_t count, uint64_t offset,
   /* A trimmed range reads back as zeroes from a file, so it changes the
    * origin's data: the snapshots need their copies first.
    */
-  r = prepare_origin_change (e, count, offset);
-  if (r == 0) {
+  if (e->merging)
+    r = merge_origin_io (e, MERGE_IO_TRIM, NULL, count, offset, flags);
+  else
+    r = prepare_origin_change (e, count, offset);
+  if (r == 0 && !e->merging) {
     r = device_punch (&e->origin, count, offset);
     if (r == -EOPNOTSUPP)
       r = 0;                    /* trim is advisory */
@@ -192,7 +206,9 @@ snapfg_origin_extents (struct snapfg_engine *e, uint32_t count,
                        snapfg_extent_fn fn, void *opaque)
 {
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  int r = device_extents (&e->origin, count, offset, fn, opaque);
+  /* During a merge, unmerged chunks live in the COW store: say data. */
+  int r = e->merging ? fn (opaque, offset, count, 0)
+    : device_extents (&e->origin, count, offset, fn, opaque);
 
   percpu_rwlock_read_unlock (&e->geometry, token);
   return r;

@@ -36,11 +36,24 @@ snapfg_set_log (snapfg_vlog_fn error_fn, snapfg_vlog_fn debug_fn)
   debug_sink = debug_fn ? debug_fn : stderr_debug;
 }
 
+static _Thread_local snapfg_vlog_fn thread_error_hook;
+
+void
+snapfg_set_thread_error_hook (snapfg_vlog_fn hook)
+{
+  thread_error_hook = hook;
+}
+
 void
 snapfg_error (const char *fmt, ...)
 {
   va_list args;
 
+  if (thread_error_hook) {
+    va_start (args, fmt);
+    thread_error_hook (fmt, args);
+    va_end (args);
+  }
   va_start (args, fmt);
   error_sink (fmt, args);
   va_end (args);

@@ -14,6 +14,11 @@ typedef void (*snapfg_vlog_fn) (const char *fmt, va_list args);
 /* Install the sinks for errors and debug messages (NULL = default). */
 extern void snapfg_set_log (snapfg_vlog_fn error_fn, snapfg_vlog_fn debug_fn);
 
+/* A per-thread hook that also sees every error logged on this thread
+ * (the control server copies the message into its reply).
+ */
+extern void snapfg_set_thread_error_hook (snapfg_vlog_fn hook);
+
 extern void snapfg_error (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 extern void snapfg_debug (const char *fmt, ...)

@@ -34,11 +34,6 @@
 #include "dm-format.h"
 #include "snapfg-log.h"
 
-struct pair {
-  uint64_t old_chunk;
-  uint64_t new_chunk;
-};
-
 struct persistent_store {
   struct snapfg_store base;     /* first: the engine sees only this */
   uint64_t pairs_per_area;
@@ -47,9 +42,9 @@ struct persistent_store {
   pthread_mutex_t lock;
   pthread_cond_t committed;
   bool leader_active;           /* someone is writing a batch */
-  struct pair *queue;           /* pairs waiting for the next batch */
+  struct store_pair *queue;           /* pairs waiting for the next batch */
   size_t nqueue, queue_cap;
-  struct pair *batch;           /* the leader's batch (swapped with queue) */
+  struct store_pair *batch;           /* the leader's batch (swapped with queue) */
   size_t batch_cap;
   uint64_t queued;              /* pairs ever queued */
   uint64_t written;             /* pairs ever written into their areas */
@@ -70,6 +65,7 @@ struct persistent_store {
 
   bool invalidated;             /* header valid=0 written (under lock) */
   bool fresh;                   /* formatted by us at open: empty table */
+  bool merging;                 /* the header carries snapfg's merge mark */
 };
 
 static struct persistent_store *
@@ -94,6 +90,7 @@ write_header (struct persistent_store *ps, uint32_t valid)
     .valid = valid,
     .version = DM_SNAP_VERSION,
     .chunk_sectors = ps->base.chunk_size / 512,
+    .snapfg_merging = ps->merging,
   };
 
   dm_header_encode (&h, buf);
@@ -136,7 +133,7 @@ persistent_alloc_chunk (struct snapfg_store *st, uint64_t *new_chunk)
 }
 
 static void
-write_area_pair (struct persistent_store *ps, const struct pair *p)
+write_area_pair (struct persistent_store *ps, const struct store_pair *p)
 {
   dm_pair_encode (ps->area_buf + ps->area_used * DM_SNAP_PAIR_SIZE,
                   p->old_chunk, p->new_chunk);
@@ -177,7 +174,7 @@ zero_areas_ahead (struct persistent_store *ps, size_t n)
  * area touched.  Not durable until the next sync.
  */
 static int
-write_pairs (struct persistent_store *ps, const struct pair *pairs, size_t n)
+write_pairs (struct persistent_store *ps, const struct store_pair *pairs, size_t n)
 {
   int r;
 
@@ -204,7 +201,7 @@ queue_pair (struct persistent_store *ps, uint64_t old_chunk,
 {
   if (ps->nqueue == ps->queue_cap) {
     size_t cap = ps->queue_cap ? ps->queue_cap * 2 : 64;
-    struct pair *q = realloc (ps->queue, cap * sizeof *q);
+    struct store_pair *q = realloc (ps->queue, cap * sizeof *q);
     if (q == NULL)
       return -ENOMEM;
     ps->queue = q;
@@ -227,7 +224,7 @@ static void
 lead_commits (struct persistent_store *ps, uint64_t mine)
 {
   while (ps->durable < mine && ps->failed == 0) {
-    struct pair *batch = ps->queue;
+    struct store_pair *batch = ps->queue;
     size_t n = ps->nqueue, cap = ps->queue_cap;
     uint64_t queued_upto = ps->queued, written_upto = ps->written;
     int r;
@@ -407,6 +404,90 @@ persistent_close (struct snapfg_store *st, bool clean)
   free (ps);
 }
 
+/* --- merging (see store.h) --- */
+
+static int
+set_merge_mark (struct persistent_store *ps, bool merging)
+{
+  int r;
+
+  pthread_mutex_lock (&ps->lock);
+  ps->merging = merging;
+  r = write_header (ps, 1);
+  if (r == 0)
+    r = ps_sync (ps);
+  pthread_mutex_unlock (&ps->lock);
+  if (r < 0)
+    snapfg_error ("cow=%s: cannot write the merge mark in the header: %s",
+                  ps->base.dev.path, strerror (-r));
+  return r;
+}
+
+static int
+persistent_merge_begin (struct snapfg_store *st)
+{
+  return set_merge_mark (ps_of (st), true);
+}
+
+static int
+persistent_merge_end (struct snapfg_store *st)
+{
+  return set_merge_mark (ps_of (st), false);
+}
+
+static int
+persistent_merge_last (struct snapfg_store *st, struct store_pair *pairs,
+                       size_t max, size_t *n)
+{
+  struct persistent_store *ps = ps_of (st);
+  int r = 0;
+
+  pthread_mutex_lock (&ps->lock);
+  if (ps->area_used == 0 && ps->current_area > 0) {
+    /* The current area is empty: the table now ends with the previous,
+     * full one.
+     */
+    uint64_t area = ps->current_area - 1;
+    r = device_pread (&st->dev, ps->area_buf, st->chunk_size,
+                      store_chunk_offset (st, dm_area_chunk
+                                          (area, ps->pairs_per_area)));
+    if (r == 0) {
+      ps->current_area = area;
+      ps->area_used = ps->pairs_per_area;
+      atomic_store (&ps->metadata_areas, area + 1);
+    }
+  }
+  *n = 0;
+  while (r == 0 && *n < max && *n < ps->area_used) {
+    size_t i = ps->area_used - 1 - *n;
+    dm_pair_decode (ps->area_buf + i * DM_SNAP_PAIR_SIZE,
+                    &pairs[*n].old_chunk, &pairs[*n].new_chunk);
+    (*n)++;
+  }
+  pthread_mutex_unlock (&ps->lock);
+  return r;
+}
+
+static int
+persistent_merge_forget (struct snapfg_store *st, size_t n)
+{
+  struct persistent_store *ps = ps_of (st);
+  int r;
+
+  /* Zero the last n pairs: the table ends earlier, and every area stays
+   * zero past its last pair.
+   */
+  pthread_mutex_lock (&ps->lock);
+  ps->area_used -= n;
+  memset (ps->area_buf + ps->area_used * DM_SNAP_PAIR_SIZE, 0,
+          n * DM_SNAP_PAIR_SIZE);
+  r = write_current_area (ps);
+  if (r == 0)
+    r = ps_sync (ps);
+  pthread_mutex_unlock (&ps->lock);
+  return r;
+}
+
 static const struct snapfg_store_ops persistent_ops = {
   .name = "persistent",
   .load = persistent_load,
@@ -415,6 +496,10 @@ static const struct snapfg_store_ops persistent_ops = {
   .flush = persistent_flush,
   .invalidate = persistent_invalidate,
   .usage = persistent_usage,
+  .merge_begin = persistent_merge_begin,
+  .merge_last = persistent_merge_last,
+  .merge_forget = persistent_merge_forget,
+  .merge_end = persistent_merge_end,
   .close = persistent_close,
 };
 
@@ -496,6 +581,7 @@ persistent_store_open (const struct snapfg_store_params *params,
                     params->chunk_size);
     st->chunk_size = stored;
     st->opened_invalid = h.valid == 0;
+    st->opened_merging = ps->merging = h.snapfg_merging && h.valid;
   }
   st->chunk_shift = __builtin_ctz (st->chunk_size);
   ps->pairs_per_area = dm_pairs_per_area (st->chunk_size);

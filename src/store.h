@@ -25,6 +25,12 @@ struct snapfg_store;
 typedef int (*store_exception_fn) (void *opaque, uint64_t old_chunk,
                                    uint64_t new_chunk);
 
+/* An exception as a store records it. */
+struct store_pair {
+  uint64_t old_chunk;
+  uint64_t new_chunk;
+};
+
 struct snapfg_store_ops {
   const char *name;
 
@@ -50,6 +56,18 @@ struct snapfg_store_ops {
   void (*usage) (const struct snapfg_store *st, uint64_t *allocated,
                  uint64_t *total, uint64_t *metadata);
 
+  /* Merging back into the origin (NULL: this store cannot merge).
+   * merge_begin records durably that a merge is in progress (a restart
+   * resumes it); merge_last returns up to max of the last exceptions of
+   * the table; merge_forget removes the last n durably; merge_end clears
+   * the mark.
+   */
+  int (*merge_begin) (struct snapfg_store *st);
+  int (*merge_last) (struct snapfg_store *st, struct store_pair *pairs,
+                     size_t max, size_t *n);
+  int (*merge_forget) (struct snapfg_store *st, size_t n);
+  int (*merge_end) (struct snapfg_store *st);
+
   /* Release everything.  clean is false when the snapshot is being torn
    * down after an error.
    */
@@ -61,6 +79,7 @@ struct snapfg_store {
   struct snapfg_device dev;        /* the COW file or block device */
   bool created;                    /* we created dev's file */
   bool opened_invalid;             /* the store says the snapshot is Invalid */
+  bool opened_merging;             /* a merge was in progress: resume it */
   uint32_t chunk_size;             /* may differ from the one asked for */
   unsigned chunk_shift;
   uint64_t max_chunks;             /* cow-size / chunk_size */

@@ -15,6 +15,7 @@
 #include <nbdkit-plugin.h>
 
 #include "engine.h"
+#include "control-server.h"
 #include "snapfg-log.h"
 
 /* Parameters (see nbdkit-snapfg-plugin(1)). */
@@ -25,8 +26,10 @@ static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
 static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
 static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
+static char *control_path;
 
 static struct snapfg_engine *engine;
+static struct control_server *control;
 
 static void
 log_error (const char *fmt, va_list args)
@@ -49,10 +52,14 @@ plugin_load (void)
 static void
 plugin_unload (void)
 {
+  /* nbdkit may unload without calling .cleanup (a failed start). */
+  control_server_close (control);
+  control = NULL;
   snapfg_engine_close (engine);
   engine = NULL;
   free (origin_path);
   free (cow_path);
+  free (control_path);
 }
 
 /* Parse a size parameter; nbdkit_parse_size names the value on error. */
@@ -139,9 +146,11 @@ plugin_config (const char *key, const char *value)
     }
   }
   else if (strcmp (key, "control") == 0) {
-    nbdkit_error ("control=%s: the control socket is not implemented in "
-                  "this version", value);
-    return -1;
+    free (control_path);
+    /* nbdkit changes directory when it forks: keep the path absolute. */
+    control_path = nbdkit_absolute_path (value);
+    if (control_path == NULL)
+      return -1;
   }
   else {
     nbdkit_error ("unknown parameter '%s' (see nbdkit-snapfg-plugin(1))",
@@ -194,6 +203,37 @@ plugin_config_complete (void)
   return 0;
 }
 
+/* Bind the control socket now, while errors still reach the user. */
+static int
+plugin_get_ready (void)
+{
+  if (control_path &&
+      control_server_open (engine, control_path, &control) < 0)
+    return -1;
+  return 0;
+}
+
+/* Threads must start after nbdkit has forked. */
+static int
+plugin_after_fork (void)
+{
+  if (control && control_server_start (control) < 0)
+    return -1;
+  if (snapfg_engine_start_background (engine) < 0)
+    return -1;
+  return 0;
+}
+
+/* Stop the control thread before nbdkit unloads us, so that it exits
+ * promptly and no command runs against a closing engine.
+ */
+static void
+plugin_cleanup (void)
+{
+  control_server_close (control);
+  control = NULL;
+}
+
 #define plugin_config_help \
   "origin=<FILE>         (required) The origin disk (file or block device).\n" \
   "cow=<FILE>            COW store of the snapshot exported as \"snapshot\".\n" \
@@ -201,7 +241,8 @@ plugin_config_complete (void)
   "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
-  "locking=striped|global Exception table locking (default striped)."
+  "locking=striped|global Exception table locking (default striped).\n" \
+  "control=<SOCKET>      Unix socket for snapfgctl (mode 0600)."
 
 /* A connection's view: the origin, or one snapshot. */
 struct handle {
@@ -486,6 +527,9 @@ static struct nbdkit_plugin plugin = {
   .config_complete    = plugin_config_complete,
   .config_help        = plugin_config_help,
   .magic_config_key   = "origin",
+  .get_ready          = plugin_get_ready,
+  .after_fork         = plugin_after_fork,
+  .cleanup            = plugin_cleanup,
   .list_exports       = plugin_list_exports,
   .default_export     = plugin_default_export,
   .open               = plugin_open,
