@@ -49,6 +49,28 @@ test_insert_lookup (unsigned stripe_bits)
   }
   if (exception_table_count (&t) != n)
     FAIL ("count %" PRIu64 " != %" PRIu64, exception_table_count (&t), n);
+
+  /* Remove every other exception (as a merge does) and check that the
+   * rest are all still found: deletion must not break probe chains.
+   */
+  for (uint64_t i = 0; i < n; i += 2) {
+    struct exception_stripe *s = exception_table_stripe (&t, i * 3);
+    exception_stripe_lock (s);
+    if (!exception_stripe_remove (s, i * 3))
+      FAIL ("remove %" PRIu64 ": not found", i * 3);
+    exception_stripe_unlock (s);
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    bool found = exception_table_lookup (&t, i * 3, &nc);
+    if (found != (i % 2 == 1) || (found && nc != i + 1))
+      FAIL ("after removals, lookup %" PRIu64 " %s", i * 3,
+            found ? "found a removed chunk or a wrong mapping" : "lost");
+  }
+  if (exception_table_count (&t) != n / 2)
+    FAIL ("count after removals %" PRIu64, exception_table_count (&t));
+  for (uint64_t i = 0; i < n; i += 2)
+    if (exception_table_insert (&t, i * 3, i + 1) < 0)
+      FAIL ("re-insert %" PRIu64, i);
   for (size_t i = 0; i < ((size_t) 1 << stripe_bits); ++i)
     bytes += (uint64_t) t.stripes[i].capacity * sizeof (struct completed_slot);
   printf ("%u stripe(s): %" PRIu64 " exceptions, %.1f bytes/exception "
