@@ -69,51 +69,85 @@ abandon_chunk (struct exception_stripe *stripe, struct pending_exception *pe)
   exception_stripe_unlock (stripe);
 }
 
-/* Build the chunk's new contents in buf: the origin's data, overlaid with
- * the snapshot write if there is one.  Returns a pointer to the data to
- * write (buf, or the caller's data when it covers the whole chunk).
+/* Read the origin's copy of a chunk into buf (chunk_size bytes; the part
+ * past the end of the origin is zero).
  */
 static int
-prepare_chunk_data (struct snapfg_snapshot *s, uint64_t chunk,
-                    const void *data, uint32_t count,
-                    uint32_t offset_in_chunk, void **bufp,
-                    const void **outp)
+read_origin_chunk (struct snapfg_snapshot *s, uint64_t chunk, void *buf)
 {
   struct snapfg_engine *e = s->engine;
   uint64_t start = chunk << s->chunk_shift;
   uint64_t len = s->chunk_size;
-  void *buf;
   int r;
 
-  if (data && offset_in_chunk == 0 && count == s->chunk_size) {
-    /* A whole-chunk snapshot write: nothing to copy from the origin. */
-    *bufp = NULL;
-    *outp = data == SNAPFG_ZERO_DATA ? e->zeroes : data;
-    return 0;
-  }
-
-  buf = malloc (s->chunk_size);
-  if (buf == NULL)
-    return -ENOMEM;
-  /* The last chunk may run past the end of the origin. */
   if (start + len > e->size) {
     len = e->size - start;
     memset ((char *) buf + len, 0, s->chunk_size - len);
   }
   r = device_pread (&e->origin, buf, len, start);
-  if (r < 0) {
+  if (r < 0)
     snapfg_error ("origin=%s: read of chunk %" PRIu64 " for a copy-out "
                   "failed: %s", e->origin.path, chunk, strerror (-r));
-    free (buf);
+  return r;
+}
+
+/* Write the chunk's new contents into COW chunk nc: the origin's data,
+ * overlaid with the snapshot write if there is one.  On failure
+ * *cow_failed says whether it was the COW store (the snapshot becomes
+ * Invalid) or the origin (the error goes back to the client).
+ */
+static int
+write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
+                  const void *data, uint32_t count, uint32_t offset_in_chunk,
+                  bool *cow_failed)
+{
+  struct snapfg_engine *e = s->engine;
+  struct snapfg_store *st = s->store;
+  uint64_t where = store_chunk_offset (st, nc);
+  void *buf;
+  int r;
+
+  *cow_failed = false;
+  if (data && offset_in_chunk == 0 && count == s->chunk_size) {
+    /* A whole-chunk snapshot write: nothing to copy from the origin. */
+    engine_test_delay (e);
+    r = device_pwrite (&st->dev, data == SNAPFG_ZERO_DATA ? e->zeroes : data,
+                       s->chunk_size, where);
+    *cow_failed = r < 0;
     return r;
   }
-  if (data == SNAPFG_ZERO_DATA)
-    memset ((char *) buf + offset_in_chunk, 0, count);
-  else if (data)
-    memcpy ((char *) buf + offset_in_chunk, data, count);
-  *bufp = buf;
-  *outp = buf;
-  return 0;
+
+  if (data == NULL && !atomic_load_explicit (&e->copy_by_hand,
+                                             memory_order_relaxed) &&
+      ((chunk + 1) << s->chunk_shift) <= e->size) {
+    /* A plain copy-out of a whole chunk: one system call and no copy
+     * through user space.
+     */
+    engine_test_delay (e);      /* widen the B window in tests */
+    r = device_copy (&e->origin, chunk << s->chunk_shift, &st->dev, where,
+                     s->chunk_size);
+    if (r != -EOPNOTSUPP) {
+      *cow_failed = r < 0;      /* can't tell which side; assume the COW */
+      return r;
+    }
+    atomic_store (&e->copy_by_hand, true);  /* these files can't: stop trying */
+  }
+
+  buf = malloc (s->chunk_size);
+  if (buf == NULL)
+    return -ENOMEM;
+  r = read_origin_chunk (s, chunk, buf);
+  if (r == 0) {
+    if (data == SNAPFG_ZERO_DATA)
+      memset ((char *) buf + offset_in_chunk, 0, count);
+    else if (data)
+      memcpy ((char *) buf + offset_in_chunk, data, count);
+    engine_test_delay (e);      /* widen the B window in tests */
+    r = device_pwrite (&st->dev, buf, s->chunk_size, where);
+    *cow_failed = r < 0;
+  }
+  free (buf);
+  return r;
 }
 
 int
@@ -125,8 +159,7 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
   struct snapfg_store *st = s->store;
   struct exception_stripe *stripe = exception_table_stripe (&s->table, chunk);
   struct pending_exception pe;
-  void *buf = NULL;
-  const void *out;
+  bool cow_failed;
   uint64_t nc;
   int r;
 
@@ -142,18 +175,14 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
   if (r < 0)
     goto abandon;               /* -ENOSPC: the caller decides what it means */
 
-  r = prepare_chunk_data (s, chunk, data, count, offset_in_chunk, &buf, &out);
-  if (r < 0)
-    goto abandon;
-  engine_test_delay (e);        /* widen the B window in tests */
-
-  r = device_pwrite (&st->dev, out, s->chunk_size,
-                     store_chunk_offset (st, nc));
-  if (r < 0) {
+  r = write_chunk_copy (s, chunk, nc, data, count, offset_in_chunk,
+                        &cow_failed);
+  if (r < 0 && cow_failed) {
     snapshot_invalidate (s, "write to the COW store failed", -r);
     r = -EIO;
-    goto abandon;
   }
+  if (r < 0)
+    goto abandon;
   engine_fault_point (e, FAULT_AFTER_COW_DATA);
   r = st->ops->commit (st, chunk, nc);
   if (r < 0) {
@@ -162,8 +191,6 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
     goto abandon;
   }
   engine_fault_point (e, FAULT_AFTER_METADATA);
-  free (buf);
-
   exception_stripe_lock (stripe);
   /* B → C: from now on snapshot reads of this chunk go to the COW store. */
   exception_stripe_publish (stripe, &pe, nc);
@@ -188,7 +215,6 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
   return 0;
 
  abandon:
-  free (buf);
   abandon_chunk (stripe, &pe);
   return r;
 }

@@ -148,6 +148,32 @@ device_pwrite (const struct snapfg_device *dev, const void *buf,
 }
 
 int
+device_copy (const struct snapfg_device *src, uint64_t src_offset,
+             const struct snapfg_device *dst, uint64_t dst_offset,
+             size_t count)
+{
+  while (count > 0) {
+    loff_t in = src_offset, out = dst_offset;
+    ssize_t r = copy_file_range (src->fd, &in, dst->fd, &out, count, 0);
+
+    if (r == -1) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+          errno == EOPNOTSUPP || errno == EBADF)
+        return -EOPNOTSUPP;
+      return -errno;
+    }
+    if (r == 0)
+      return -EOPNOTSUPP;       /* source shorter than expected */
+    src_offset += r;
+    dst_offset += r;
+    count -= r;
+  }
+  return 0;
+}
+
+int
 device_flush (const struct snapfg_device *dev)
 {
   if (fdatasync (dev->fd) == -1)

@@ -46,6 +46,14 @@ extern int device_pwrite (const struct snapfg_device *dev, const void *buf,
                           size_t count, uint64_t offset);
 extern int device_flush (const struct snapfg_device *dev);
 
+/* Copy count bytes from src at src_offset to dst at dst_offset inside the
+ * kernel (copy_file_range: one system call, no user-space copy).
+ * -EOPNOTSUPP if these devices cannot: the caller copies by hand.
+ */
+extern int device_copy (const struct snapfg_device *src, uint64_t src_offset,
+                        const struct snapfg_device *dst, uint64_t dst_offset,
+                        size_t count);
+
 /* Deallocate (trim).  -EOPNOTSUPP if the device cannot. */
 extern int device_punch (const struct snapfg_device *dev,
                          uint64_t count, uint64_t offset);

@@ -73,6 +73,11 @@ struct snapfg_engine {
   struct snapfg_stats stats;   /* the origin export's requests */
   enum snapfg_locking locking;
 
+  /* copy_file_range failed with "not supported" for these files once:
+   * copy-outs go through a buffer from then on.
+   */
+  atomic_bool copy_by_hand;
+
   /* Test hook: SNAPFG_TEST_DELAY_US widens the race windows. */
   unsigned test_delay_us;
   /* Test hook: SNAPFG_TEST_CRASH_AT kills the process at a fault point. */
