@@ -1,103 +1,315 @@
-/* snapfg: a per-CPU reader/writer lock (see percpu-rwlock.h). */
+/* snapfg: a per-CPU (per-thread) reader/writer lock (see percpu-rwlock.h). */
 
 #include <config.h>
 
 #include <stdlib.h>
+#include <string.h>
 #include <errno.h>
-#include <sched.h>
 #include <unistd.h>
-#include <sys/sysinfo.h>
+#include <sys/syscall.h>
+#include <linux/membarrier.h>
 
 #include "percpu-rwlock.h"
 #include "snapfg-log.h"
 
+#if defined(__SANITIZE_THREAD__)
+# define FORCE_FENCES 1
+#elif defined(__has_feature)
+# if __has_feature(thread_sanitizer)
+#  define FORCE_FENCES 1
+# endif
+#endif
+#ifndef FORCE_FENCES
+# define FORCE_FENCES 0
+#endif
+
+/* --- slots: one per (thread, lock), found through a per-thread cache --- */
+
+#define THREAD_CACHE 4
+
+struct cached_slot {
+  uint64_t lock_id;
+  struct percpu_rwlock_slot *slot;
+};
+
+/* initial-exec: no __tls_get_addr call on the fast path (the plugin is a
+ * dlopened library, where the default model would need one). */
+#define TLS_FAST __attribute__ ((tls_model ("initial-exec")))
+static _Thread_local struct cached_slot thread_cache[THREAD_CACHE] TLS_FAST;
+/* The last lock this thread used: almost always the one it uses next. */
+static _Thread_local struct cached_slot thread_last TLS_FAST;
+
+/* Locks alive, so that a thread exiting after a lock was destroyed does
+ * not touch freed memory when it gives its slots back.
+ */
+static pthread_mutex_t live_locks_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct percpu_rwlock **live_locks;
+static size_t nlive_locks;
+static atomic_uint_least64_t next_lock_id = 1;
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+
+/* Thread exit: give this thread's slots back to their locks. */
+static void
+release_thread_slots (void *unused)
+{
+  pthread_mutex_lock (&live_locks_mutex);
+  for (int i = 0; i < THREAD_CACHE; ++i) {
+    if (thread_cache[i].slot == NULL)
+      continue;
+    for (size_t j = 0; j < nlive_locks; ++j) {
+      if (live_locks[j]->id == thread_cache[i].lock_id) {
+        atomic_store (&thread_cache[i].slot->in_use, false);
+        break;
+      }
+    }
+    thread_cache[i].slot = NULL;
+    thread_cache[i].lock_id = 0;
+  }
+  thread_last.lock_id = 0;
+  thread_last.slot = NULL;
+  pthread_mutex_unlock (&live_locks_mutex);
+}
+
+static void
+make_exit_key (void)
+{
+  pthread_key_create (&exit_key, release_thread_slots);
+}
+
+static struct percpu_rwlock_slot *
+new_slot (struct percpu_rwlock *lock)
+{
+  struct percpu_rwlock_slab *slab, *last = NULL;
+  struct percpu_rwlock_slot *found = NULL;
+
+  pthread_mutex_lock (&lock->registry);
+  for (slab = atomic_load (&lock->slabs); slab && !found;
+       slab = atomic_load (&slab->next)) {
+    last = slab;
+    for (int i = 0; i < PERCPU_RWLOCK_SLAB; ++i) {
+      if (!atomic_load (&slab->slot[i].in_use)) {
+        found = &slab->slot[i];
+        break;
+      }
+    }
+  }
+  if (!found) {
+    slab = aligned_alloc (SNAPFG_CACHELINE, sizeof *slab);
+    if (slab) {
+      memset (slab, 0, sizeof *slab);
+      /* Published with a release store: a writer summing the slabs
+       * without the registry lock sees a fully zeroed slab.
+       */
+      if (last)
+        atomic_store (&last->next, slab);
+      else
+        atomic_store (&lock->slabs, slab);
+      found = &slab->slot[0];
+    }
+  }
+  if (found)
+    atomic_store (&found->in_use, true);
+  pthread_mutex_unlock (&lock->registry);
+  if (found == NULL)
+    abort ();                   /* out of memory for 4 KiB: nothing sane to do */
+  return found;
+}
+
+static struct percpu_rwlock_slot *
+thread_slot_slow (struct percpu_rwlock *lock)
+{
+  int free_entry = -1;
+
+  for (int i = 0; i < THREAD_CACHE; ++i) {
+    if (thread_cache[i].lock_id == lock->id)
+      return thread_cache[i].slot;
+    if (free_entry < 0 && thread_cache[i].slot == NULL)
+      free_entry = i;
+  }
+
+  /* First use of this lock by this thread. */
+  pthread_once (&exit_key_once, make_exit_key);
+  pthread_setspecific (exit_key, thread_cache);
+  if (free_entry < 0) {
+    /* More live locks than cache entries in one thread: give the oldest
+     * entry's slot back (it is not held: a thread holds at most one read
+     * lock per lock at a time in snapfg) and reuse the entry.
+     */
+    release_thread_slots (NULL);
+    free_entry = 0;
+  }
+  thread_cache[free_entry].lock_id = lock->id;
+  thread_cache[free_entry].slot = new_slot (lock);
+  return thread_cache[free_entry].slot;
+}
+
+static inline struct percpu_rwlock_slot *
+thread_slot (struct percpu_rwlock *lock)
+{
+  if (__builtin_expect (thread_last.lock_id == lock->id, 1))
+    return thread_last.slot;
+  thread_last.slot = thread_slot_slow (lock);
+  thread_last.lock_id = lock->id;
+  return thread_last.slot;
+}
+
+/* --- the lock --- */
+
+static bool membarrier_ready;
+static pthread_once_t membarrier_once = PTHREAD_ONCE_INIT;
+
+static void
+register_membarrier (void)
+{
+  long cmds = syscall (SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+
+  if (cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+      syscall (SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+               0, 0) == 0)
+    membarrier_ready = true;
+}
+
 int
 percpu_rwlock_init (struct percpu_rwlock *lock)
 {
-  unsigned ncpus = get_nprocs_conf ();
-  unsigned nslots = 1;
+  struct percpu_rwlock **list;
   int err;
 
-  /* One slot per possible CPU, rounded up to a power of two so the slot
-   * can be picked with a mask.  At least two so that a failing
-   * sched_getcpu() still spreads threads out.
-   */
-  while (nslots < ncpus || nslots < 2)
-    nslots <<= 1;
-
-  lock->slots = aligned_alloc (SNAPFG_CACHELINE,
-                               nslots * sizeof (struct percpu_rwlock_slot));
-  if (lock->slots == NULL)
-    return -ENOMEM;
-  for (unsigned i = 0; i < nslots; ++i)
-    atomic_init (&lock->slots[i].readers, 0);
-  lock->slot_mask = nslots - 1;
+  memset (lock, 0, sizeof *lock);
+  pthread_once (&membarrier_once, register_membarrier);
+  lock->use_fences = FORCE_FENCES || !membarrier_ready;
+  lock->id = atomic_fetch_add (&next_lock_id, 1);
+  atomic_init (&lock->slabs, NULL);
   atomic_init (&lock->writer, 0);
 
-  err = pthread_mutex_init (&lock->mutex, NULL);
+  err = pthread_mutex_init (&lock->registry, NULL);
+  if (err == 0)
+    err = pthread_mutex_init (&lock->mutex, NULL);
   if (err == 0)
     err = pthread_cond_init (&lock->readers_gone, NULL);
   if (err == 0)
     err = pthread_cond_init (&lock->writer_gone, NULL);
-  if (err) {
-    free (lock->slots);
+  if (err)
     return -err;
+
+  pthread_mutex_lock (&live_locks_mutex);
+  list = realloc (live_locks, (nlive_locks + 1) * sizeof *list);
+  if (list) {
+    list[nlive_locks++] = lock;
+    live_locks = list;
   }
-  return 0;
+  pthread_mutex_unlock (&live_locks_mutex);
+  return list ? 0 : -ENOMEM;
 }
 
 void
 percpu_rwlock_destroy (struct percpu_rwlock *lock)
 {
+  struct percpu_rwlock_slab *slab, *next;
+
+  pthread_mutex_lock (&live_locks_mutex);
+  for (size_t i = 0; i < nlive_locks; ++i) {
+    if (live_locks[i] == lock) {
+      live_locks[i] = live_locks[--nlive_locks];
+      break;
+    }
+  }
+  pthread_mutex_unlock (&live_locks_mutex);
+  /* This thread's cache entry for the lock, if any, is dead now. */
+  for (int i = 0; i < THREAD_CACHE; ++i)
+    if (thread_cache[i].lock_id == lock->id)
+      thread_cache[i].lock_id = 0, thread_cache[i].slot = NULL;
+  if (thread_last.lock_id == lock->id)
+    thread_last.lock_id = 0, thread_last.slot = NULL;
+
+  for (slab = atomic_load (&lock->slabs); slab; slab = next) {
+    next = atomic_load (&slab->next);
+    free (slab);
+  }
   pthread_cond_destroy (&lock->writer_gone);
   pthread_cond_destroy (&lock->readers_gone);
   pthread_mutex_destroy (&lock->mutex);
-  free (lock->slots);
-  lock->slots = NULL;
+  pthread_mutex_destroy (&lock->registry);
 }
 
-/* Which slot this thread counts in.  sched_getcpu() is served from the
- * rseq area / vDSO without a system call on current glibc and Linux.  If it
- * is unavailable, fall back to a slot fixed per thread.
+/* Make every reader's count visible to us, or our flag visible to every
+ * reader that counts itself in from now on.
  */
-static inline unsigned
-current_slot (const struct percpu_rwlock *lock)
+static void
+heavy_barrier (struct percpu_rwlock *lock)
 {
-#ifdef HAVE_SCHED_GETCPU
-  int cpu = sched_getcpu ();
-  if (cpu >= 0)
-    return (unsigned) cpu & lock->slot_mask;
-#endif
-  static _Thread_local unsigned thread_slot = ~0u;
-  static atomic_uint next_slot;
-  if (thread_slot == ~0u)
-    thread_slot = atomic_fetch_add_explicit (&next_slot, 1,
-                                             memory_order_relaxed);
-  return thread_slot & lock->slot_mask;
+  if (!lock->use_fences)
+    syscall (SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  else
+    atomic_thread_fence (memory_order_seq_cst);
 }
 
 static long
-sum_readers (const struct percpu_rwlock *lock)
+sum_readers (struct percpu_rwlock *lock)
 {
   long sum = 0;
 
-  for (unsigned i = 0; i <= lock->slot_mask; ++i)
-    sum += atomic_load (&lock->slots[i].readers);
+  for (struct percpu_rwlock_slab *slab = atomic_load (&lock->slabs); slab;
+       slab = atomic_load (&slab->next))
+    for (int i = 0; i < PERCPU_RWLOCK_SLAB; ++i)
+      sum += atomic_load (&slab->slot[i].readers);
   return sum;
+}
+
+/* The reader's side of the barrier pairing: free (a compiler barrier)
+ * with membarrier, a real fence otherwise.
+ */
+static inline void
+light_barrier (const struct percpu_rwlock *lock)
+{
+  if (lock->use_fences)
+    atomic_thread_fence (memory_order_seq_cst);
+  else
+    atomic_signal_fence (memory_order_seq_cst);
+}
+
+static inline void
+slot_add (const struct percpu_rwlock *lock, struct percpu_rwlock_slot *slot,
+          long delta)
+{
+  if (lock->use_fences)
+    atomic_fetch_add (&slot->readers, delta);
+  else {
+    /* Only this thread writes its slot: no read-modify-write needed. */
+    long n = atomic_load_explicit (&slot->readers, memory_order_relaxed);
+    atomic_store_explicit (&slot->readers, n + delta, memory_order_release);
+  }
+}
+
+void
+percpu_rwlock_read_unlock (struct percpu_rwlock *lock,
+                           percpu_rwlock_token slot)
+{
+  slot_add (lock, slot, -1);
+  light_barrier (lock);
+
+  /* If a writer is waiting for the readers to drain, wake it.  Taking the
+   * mutex orders this wakeup after the writer's check of the counters, so
+   * it cannot be lost.
+   */
+  if (atomic_load_explicit (&lock->writer, memory_order_relaxed) != 0) {
+    pthread_mutex_lock (&lock->mutex);
+    pthread_cond_broadcast (&lock->readers_gone);
+    pthread_mutex_unlock (&lock->mutex);
+  }
 }
 
 percpu_rwlock_token
 percpu_rwlock_read_lock (struct percpu_rwlock *lock)
 {
-  for (;;) {
-    unsigned slot = current_slot (lock);
+  struct percpu_rwlock_slot *slot = thread_slot (lock);
 
-    /* Fast path: count ourselves in, then look for a writer.  Both are
-     * seq_cst, pairing with the writer's store of 'writer' followed by its
-     * loads of the counters.
-     */
-    atomic_fetch_add (&lock->slots[slot].readers, 1);
-    if (atomic_load (&lock->writer) == 0)
+  for (;;) {
+    /* Fast path: count ourselves in, then look for a writer. */
+    slot_add (lock, slot, 1);
+    light_barrier (lock);
+    if (atomic_load_explicit (&lock->writer, memory_order_acquire) == 0)
       return slot;
 
     /* A writer is active or waiting: back out so it can proceed, and
@@ -112,29 +324,13 @@ percpu_rwlock_read_lock (struct percpu_rwlock *lock)
 }
 
 void
-percpu_rwlock_read_unlock (struct percpu_rwlock *lock,
-                           percpu_rwlock_token slot)
-{
-  atomic_fetch_sub (&lock->slots[slot].readers, 1);
-
-  /* If a writer is waiting for the readers to drain, wake it.  Taking the
-   * mutex orders this wakeup after the writer's check of the counters, so
-   * it cannot be lost.
-   */
-  if (atomic_load (&lock->writer) != 0) {
-    pthread_mutex_lock (&lock->mutex);
-    pthread_cond_broadcast (&lock->readers_gone);
-    pthread_mutex_unlock (&lock->mutex);
-  }
-}
-
-void
 percpu_rwlock_write_lock (struct percpu_rwlock *lock)
 {
   pthread_mutex_lock (&lock->mutex);
   while (atomic_load (&lock->writer) != 0)
     pthread_cond_wait (&lock->writer_gone, &lock->mutex);
   atomic_store (&lock->writer, 1);
+  heavy_barrier (lock);
 
   if (snapfg_debug_lock && sum_readers (lock) != 0)
     snapfg_debug ("geometry lock: writer waiting for %ld in-flight readers",

@@ -1,48 +1,66 @@
-/* snapfg: a per-CPU reader/writer lock.
+/* snapfg: a per-CPU (per-thread) reader/writer lock.
  *
  * Every request takes the read side once, to read the geometry (block
  * size, chunk sizes, the snapshot list, validity) without it changing
  * underneath.  Changing the geometry takes the write side, which waits for
  * the requests in flight to finish.
  *
- * Readers only touch a counter in their own CPU's slot (padded to a cache
- * line), so concurrent readers on different CPUs never bounce a shared
+ * Readers count themselves in a slot of their own (one per thread, padded
+ * to a cache line), so concurrent readers never write to a shared cache
  * line.  The writer raises a flag and waits until the sum of all slots is
- * zero.  The counters and the flag are sequentially consistent, so either
- * the reader sees the flag or the writer sees the reader's count (never
- * neither).  A reader that meets a writer backs out and sleeps on a
- * condition variable until the writer is done; nobody spins.
+ * zero; a reader that finds the flag raised backs out and sleeps on a
+ * condition variable until the writer is done.  Nobody spins.
  *
- * A reader may unlock on a different CPU from the one it locked on: the
- * lock returns the slot it counted in, and unlock takes that slot.
+ * Either the reader sees the flag or the writer sees the reader's count,
+ * never neither.  On Linux that is guaranteed without any atomic
+ * read-modify-write or fence in the reader: the writer issues
+ * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) after raising the flag,
+ * which runs a full memory barrier on every CPU running one of our
+ * threads (the user-space analogue of the RCU-based per-CPU rwsem of the
+ * kernel thread in ../shared/reference).  Where membarrier is not
+ * available, and in ThreadSanitizer builds (TSan does not model it),
+ * readers use sequentially consistent atomics instead.
+ *
+ * A slot belongs to one thread, so a read lock must be released by the
+ * thread that took it (on any CPU: migration does not matter).
  */
 #ifndef SNAPFG_PERCPU_RWLOCK_H
 #define SNAPFG_PERCPU_RWLOCK_H
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "cachealign.h"
 
+#define PERCPU_RWLOCK_SLAB 64
+
 struct percpu_rwlock_slot {
-  atomic_long readers;
+  atomic_long readers;          /* written only by the owning thread */
+  atomic_bool in_use;           /* owned by a live thread */
 } SNAPFG_CACHE_ALIGNED;
 
-struct percpu_rwlock {
-  struct percpu_rwlock_slot *slots;
-  unsigned slot_mask;             /* number of slots - 1 (a power of two) */
+struct percpu_rwlock_slab {
+  struct percpu_rwlock_slot slot[PERCPU_RWLOCK_SLAB];
+  struct percpu_rwlock_slab *_Atomic next;
+};
 
-  /* The writer's state: on its own cache line so the readers' fast path
-   * (which only loads 'writer') shares it read-only.
-   */
+struct percpu_rwlock {
+  uint64_t id;                  /* unique, for the threads' slot caches */
+  struct percpu_rwlock_slab *_Atomic slabs;
+  pthread_mutex_t registry;     /* slot allocation */
+  bool use_fences;              /* no membarrier: readers use seq_cst */
+
+  /* The writer's state: on its own cache line, which readers only load. */
   atomic_int writer SNAPFG_CACHE_ALIGNED;
   pthread_mutex_t mutex;          /* protects the sleeping below */
   pthread_cond_t readers_gone;    /* a writer waits here for readers to drain */
   pthread_cond_t writer_gone;     /* readers and writers wait for the writer */
 };
 
-/* The token a reader passes back to unlock. */
-typedef unsigned percpu_rwlock_token;
+/* The token a reader passes back to unlock: its slot. */
+typedef struct percpu_rwlock_slot *percpu_rwlock_token;
 
 extern int percpu_rwlock_init (struct percpu_rwlock *lock);
 extern void percpu_rwlock_destroy (struct percpu_rwlock *lock);
