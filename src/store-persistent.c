@@ -122,9 +122,15 @@ persistent_alloc_chunk (struct snapfg_store *st, uint64_t *new_chunk)
   uint64_t chunk = atomic_load (&st->next_chunk);
   uint64_t next;
 
-  /* A bump pointer that hops over metadata areas, without a lock. */
+  /* A bump pointer that hops over metadata areas, without a lock.  The
+   * last data chunk of a region is only handed out if the next area fits
+   * in the store too: handing it out lets the region's area fill up, and
+   * a full area must be followed by a zeroed one (the table's end).
+   */
   do {
-    if (chunk >= st->max_chunks)
+    if (chunk >= st->max_chunks ||
+        (dm_is_metadata_chunk (chunk + 1, ps->pairs_per_area) &&
+         chunk + 1 >= st->max_chunks))
       return -ENOSPC;
     next = dm_skip_metadata (chunk + 1, ps->pairs_per_area);
   } while (!atomic_compare_exchange_weak (&st->next_chunk, &chunk, next));
@@ -162,6 +168,12 @@ zero_areas_ahead (struct persistent_store *ps, size_t n)
   int r;
 
   while (ps->zeroed_through < last_area + 1) {
+    /* An area past the end of the store is never needed: the allocator
+     * keeps the area before it from filling up.
+     */
+    if (dm_area_chunk (ps->zeroed_through + 1, ps->pairs_per_area)
+        >= ps->base.max_chunks)
+      break;
     r = zero_area (ps, ps->zeroed_through + 1);
     if (r < 0)
       return r;
@@ -328,6 +340,11 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
                   st->dev.path, res.current_area, strerror (-r));
     return r;
   }
+  /* Anything after the terminator is stale (the kernel would revive it
+   * on its next append to this area): it must not be written back.
+   */
+  memset (ps->area_buf + ps->area_used * DM_SNAP_PAIR_SIZE, 0,
+          st->chunk_size - ps->area_used * DM_SNAP_PAIR_SIZE);
   snapfg_debug ("cow=%s: reopened persistent store: %" PRIu64
                 " exceptions, %" PRIu64 " metadata areas, next free chunk %"
                 PRIu64, st->dev.path, res.exceptions, res.current_area + 1,
@@ -510,11 +527,12 @@ format_new_store (struct persistent_store *ps)
   struct snapfg_store *st = &ps->base;
   int r;
 
-  /* Area 0 and area 1 zero first, then the header, then sync: a crash
-   * before the header is durable leaves an all-zero (new) store.
+  /* Area 0 (and area 1, if the store has room for it) zero first, then
+   * the header, then sync: a crash before the header is durable leaves
+   * an all-zero (new) store.
    */
   r = zero_area (ps, 0);
-  if (r == 0)
+  if (r == 0 && dm_area_chunk (1, ps->pairs_per_area) < st->max_chunks)
     r = zero_area (ps, 1);
   if (r == 0)
     r = ps_sync (ps);
@@ -530,7 +548,8 @@ format_new_store (struct persistent_store *ps)
   ps->fresh = true;
   ps->current_area = 0;
   ps->area_used = 0;
-  ps->zeroed_through = 1;
+  ps->zeroed_through =
+    dm_area_chunk (1, ps->pairs_per_area) < st->max_chunks ? 1 : 0;
   atomic_store (&ps->metadata_areas, 1);
   atomic_store (&st->next_chunk, 2);
   return 0;

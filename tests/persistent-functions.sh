@@ -1,0 +1,180 @@
+# Helpers for the persistent COW store tests (test-persistent-*.sh), on
+# top of functions.sh:
+#
+#   source "$(dirname "$0")/persistent-functions.sh"
+#
+# Provides $PY (a Python with the nbd module), $PIO (tests/persistent-io.py
+# run by it), $MAKE_COW (tests/make-cow.py), $SNAPFGCTL, and the helpers
+# below.
+
+# shellcheck shell=bash
+
+_pfn_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=functions.sh
+source "$_pfn_dir/functions.sh"
+
+PY=${SNAPFG_TEST_PYTHON:-/usr/bin/python3}
+PIO="$_pfn_dir/persistent-io.py"
+MAKE_COW="$_pfn_dir/make-cow.py"
+
+if [ -z "${SNAPFGCTL:-}" ]; then
+    SNAPFGCTL=$(_find_first \
+        "$PWD/src/snapfgctl" \
+        "$PWD/../src/snapfgctl" \
+        "$_fn_dir/../src/snapfgctl") || true
+fi
+
+# require_persistent_tools: nbdkit, the plugin, snapfgctl, nbdcopy,
+# nbdinfo and a Python with the nbd module.
+require_persistent_tools() {
+    require_snapfg
+    requires nbdcopy nbdinfo cmp sha256sum
+    [ -x "$PY" ] || skip "$PY not found"
+    "$PY" -c 'import nbd' 2>/dev/null || skip "$PY has no nbd module"
+    [ -n "$SNAPFGCTL" ] && [ -x "$SNAPFGCTL" ] ||
+        fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): run 'make src/snapfgctl' first"
+}
+
+pio() { "$PY" "$PIO" "$@"; }
+make_cow() { "$PY" "$MAKE_COW" "$@"; }
+
+# copy_export URI FILE: nbdcopy the whole export into FILE (a new file).
+copy_export() {
+    rm -f "$2"
+    nbdcopy -- "$1" "$2"
+}
+
+# export_equals URI FILE WHAT: the export's contents equal FILE, byte
+# for byte (otherwise records a check failure and carries on).
+export_equals() {
+    local uri=$1 file=$2 what=$3 out="$tmpdir/export-copy.img"
+    if ! copy_export "$uri" "$out" 2>"$tmpdir/nbdcopy.err"; then
+        cat "$tmpdir/nbdcopy.err" >&2
+        check_fail "$what: nbdcopy of $uri failed"
+        return 0
+    fi
+    if ! cmp "$out" "$file" >"$tmpdir/cmp.out" 2>&1; then
+        check_fail "$what: $uri differs from $(basename "$file"): $(head -c 300 "$tmpdir/cmp.out")"
+        return 0
+    fi
+    info "ok: $what"
+}
+
+# files_equal A B WHAT
+files_equal() {
+    if ! cmp "$1" "$2" >"$tmpdir/cmp.out" 2>&1; then
+        check_fail "$3: $(head -c 300 "$tmpdir/cmp.out")"
+        return 0
+    fi
+    info "ok: $3"
+}
+
+# nbdinfo_field SOCK EXPORT FIELD: a field of nbdinfo --json for EXPORT.
+nbdinfo_field() {
+    nbdinfo --json "$(uri "$1" "$2")" |
+        "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["exports"][0][sys.argv[1]])' "$3"
+}
+
+# list_description SOCK EXPORT: EXPORT's description in nbdinfo --list.
+list_description() {
+    nbdinfo --list --json "$(uri "$1")" |
+        "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+for e in d["exports"]:
+    if e["export-name"] == sys.argv[1]:
+        print(e.get("description", ""))
+        break
+else:
+    sys.exit("export %s not listed" % sys.argv[1])
+' "$2"
+}
+
+# snapshot_status SOCK [EXPORT]: the status part of the snapshot's
+# description (what follows the last ": ").
+snapshot_status() {
+    local d
+    d=$(list_description "$1" "${2:-snapshot}") || return 1
+    echo "${d##*: }"
+}
+
+# inspect COW OUTFILE: run snapfgctl inspect; stdout+stderr in OUTFILE;
+# returns its exit status.
+inspect() {
+    local st=0
+    "$SNAPFGCTL" inspect "$1" >"$2" 2>&1 || st=$?
+    return "$st"
+}
+
+# inspect_value OUTFILE KEY: the value after "KEY: " in inspect output.
+inspect_value() {
+    sed -n "s/^$2: //p" "$1" | head -n1
+}
+
+# check_inspect COW EXPECTED-EXCEPTIONS WHAT: inspect exits 0, prints a
+# dm status line, and counts the expected exceptions.
+check_inspect() {
+    local cow=$1 want=$2 what=$3 out="$tmpdir/inspect.out" st=0 n status
+    inspect "$cow" "$out" || st=$?
+    if [ "$st" -ne 0 ]; then
+        cat "$out" >&2
+        check_fail "$what: snapfgctl inspect exited $st"
+        return 0
+    fi
+    status=$(inspect_value "$out" status)
+    if ! [[ "$status" =~ ^[0-9]+/[0-9]+\ [0-9]+$ ]]; then
+        cat "$out" >&2
+        check_fail "$what: snapfgctl inspect printed no dm status line (got '$status')"
+        return 0
+    fi
+    n=$(inspect_value "$out" exceptions)
+    if [ "$n" != "$want" ]; then
+        cat "$out" >&2
+        check_fail "$what: snapfgctl inspect counts '$n' exceptions, expected $want"
+        return 0
+    fi
+    info "ok: $what: inspect: $n exceptions, status $status"
+}
+
+# header_le32 FILE OFFSET: the little-endian 32-bit word at OFFSET.
+header_le32() {
+    od -An -t u4 --endian=little -j "$2" -N 4 "$1" | tr -d ' '
+}
+
+# count_lines FILE: distinct lines of FILE (0 if it does not exist).
+count_distinct() {
+    if [ -f "$1" ]; then sort -un "$1" | wc -l; else echo 0; fi
+}
+
+# nbdkit_pid PIDFILE: the pid of an nbdkit started with start_snapfg.
+nbdkit_pid() { echo "${_nbdkit_pids[$1]:-}"; }
+
+# kill9_nbdkit PIDFILE: SIGKILL the nbdkit and reap it.
+kill9_nbdkit() {
+    local pid=${_nbdkit_pids[$1]:-}
+    [ -n "$pid" ] || fail "kill9_nbdkit: no nbdkit started with $1"
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    unset "_nbdkit_pids[$1]"
+}
+
+# wait_nbdkit_death PIDFILE SECONDS: wait for the nbdkit to exit on its
+# own; sets nbdkit_status to its exit status (128+signal for a signal),
+# or to "alive" if it still runs after SECONDS.  (Not in a $(...): the
+# status of a child can only be collected by the shell that started it.)
+nbdkit_status=
+wait_nbdkit_death() {
+    local pid=${_nbdkit_pids[$1]:-} i st=0
+    [ -n "$pid" ] || fail "wait_nbdkit_death: no nbdkit started with $1"
+    for i in $(seq $(($2 * 10))); do
+        _proc_alive "$pid" || break
+        sleep 0.1
+    done
+    if _proc_alive "$pid"; then
+        nbdkit_status=alive
+        return 0
+    fi
+    { wait "$pid" || st=$?; } 2>/dev/null
+    unset "_nbdkit_pids[$1]"
+    nbdkit_status=$st
+}
