@@ -284,24 +284,29 @@ int
 exception_table_insert (struct exception_table *t,
                         uint64_t old_chunk, uint64_t new_chunk)
 {
-  if (new_chunk > SNAPFG_MAX_COW_CHUNKS)
-    return -ERANGE;
   struct exception_stripe *s = exception_table_stripe (t, old_chunk);
   int r;
 
+  if (new_chunk > SNAPFG_MAX_COW_CHUNKS)
+    return -ERANGE;
   for (;;) {
     exception_stripe_lock (s);
-    if (exception_stripe_lookup (s, old_chunk, NULL)) {
-      exception_stripe_unlock (s);
-      return -EEXIST;
-    }
     if (s->capacity &&
         has_room_for (s->capacity,
                       (uint64_t) s->ncompleted + s->npending + 1)) {
-      insert_slot (s->slots, s->capacity, old_chunk + 1, new_chunk);
-      s->ncompleted++;
+      /* One probe finds either the chunk or where it goes. */
+      struct completed_slot *slot = probe (s->slots, s->capacity,
+                                           old_chunk + 1);
+      r = 0;
+      if (slot->key != 0)
+        r = -EEXIST;
+      else {
+        slot->key = old_chunk + 1;
+        slot->new_chunk = new_chunk;
+        s->ncompleted++;
+      }
       exception_stripe_unlock (s);
-      return 0;
+      return r;
     }
     exception_stripe_unlock (s);
     r = exception_stripe_grow (s);
