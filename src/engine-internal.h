@@ -103,10 +103,10 @@ extern void snapshot_invalidate (struct snapfg_snapshot *s, const char *why,
 
 /* Origin requests while a snapshot is being merged (merge.c): chunks
  * not yet merged are read from and written to the COW store.  op is one
- * of the MERGE_IO_* values.  Called with the geometry read side held.
+ * an origin_op.  Called with the geometry read side held.
  */
-enum merge_io { MERGE_IO_READ, MERGE_IO_WRITE, MERGE_IO_ZERO, MERGE_IO_TRIM };
-extern int merge_origin_io (struct snapfg_engine *e, enum merge_io op,
+enum origin_op { ORIGIN_READ, ORIGIN_WRITE, ORIGIN_ZERO, ORIGIN_TRIM };
+extern int merge_origin_io (struct snapfg_engine *e, enum origin_op op,
                             void *buf, uint32_t count, uint64_t offset,
                             unsigned flags);
 /* Start the merge thread of a snapshot in state SNAPSHOT_MERGING. */

@@ -26,7 +26,7 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
   uint64_t start = stats_now_ns ();
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
   int r = e->merging
-    ? merge_origin_io (e, MERGE_IO_READ, buf, count, offset, 0)
+    ? merge_origin_io (e, ORIGIN_READ, buf, count, offset, 0)
     : device_pread (&e->origin, buf, count, offset);
 
   percpu_rwlock_read_unlock (&e->geometry, token);
@@ -101,39 +101,51 @@ prepare_origin_change (struct snapfg_engine *e, uint32_t count,
   return 0;
 }
 
-int
-snapfg_origin_pwrite (struct snapfg_engine *e, const void *buf,
-                      uint32_t count, uint64_t offset, unsigned flags)
+/* Do a change to the origin once every snapshot holds its copy. */
+static int
+apply_origin_change (struct snapfg_engine *e, enum origin_op op,
+                     const void *buf, uint32_t count, uint64_t offset,
+                     unsigned flags)
 {
-  uint64_t start = stats_now_ns ();
-  percpu_rwlock_token token;
-  int r;
+  bool fast = flags & SNAPFG_REQ_FAST_ZERO;
+  int r = 0;
 
-  if (e->origin.readonly)
-    return -EROFS;
-  token = percpu_rwlock_read_lock (&e->geometry);
-  if (e->merging)
-    r = merge_origin_io (e, MERGE_IO_WRITE, (void *) buf, count, offset,
-                         flags);
-  else
-    r = prepare_origin_change (e, count, offset);
-  if (r == 0 && !e->merging) {
+  switch (op) {
+  case ORIGIN_WRITE:
     engine_fault_point (e, FAULT_BEFORE_ORIGIN_WRITE);
     r = device_pwrite (&e->origin, buf, count, offset);
-    if (r == 0 && (flags & SNAPFG_REQ_FUA))
-      r = device_flush (&e->origin);
-    if (r < 0)
-      snapfg_error ("origin=%s: write at %" PRIu64 " failed: %s",
-                    e->origin.path, offset, strerror (-r));
+    break;
+  case ORIGIN_ZERO:
+    r = device_zero (&e->origin, count, offset,
+                     flags & SNAPFG_REQ_MAY_TRIM, fast);
+    if (r == -EOPNOTSUPP && fast)
+      return -ENOTSUP;          /* not an error: the client writes zeroes */
+    break;
+  case ORIGIN_TRIM:
+    r = device_punch (&e->origin, count, offset);
+    if (r == -EOPNOTSUPP)
+      r = 0;                    /* trim is advisory */
+    break;
+  case ORIGIN_READ:
+    return -EINVAL;
   }
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);
+  if (r == 0 && (flags & SNAPFG_REQ_FUA))
+    r = device_flush (&e->origin);
+  if (r < 0)
+    snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
+                  " failed: %s", e->origin.path,
+                  op == ORIGIN_WRITE ? "write" : op == ORIGIN_ZERO ? "zero"
+                  : "trim", count, offset, strerror (-r));
   return r;
 }
 
-int
-snapfg_origin_zero (struct snapfg_engine *e, uint32_t count, uint64_t offset,
-                    unsigned flags)
+/* Write, zero or trim the origin.  A trimmed range reads back as zeroes
+ * from a file, so it changes the origin's data too: every change waits
+ * for the snapshots' copies first.
+ */
+static int
+change_origin (struct snapfg_engine *e, enum origin_op op, const void *buf,
+               uint32_t count, uint64_t offset, unsigned flags)
 {
   bool fast = flags & SNAPFG_REQ_FAST_ZERO;
   uint64_t start = stats_now_ns ();
@@ -143,27 +155,18 @@ snapfg_origin_zero (struct snapfg_engine *e, uint32_t count, uint64_t offset,
   if (e->origin.readonly)
     return -EROFS;
   token = percpu_rwlock_read_lock (&e->geometry);
-  /* A fast zero must not do a copy-out: refuse before changing anything.
-   * During a merge zeroes may have to be written into COW chunks: not
-   * fast either.
-   */
-  if (fast && (e->merging || needs_copy_out (e, count, offset)))
-    r = -ENOTSUP;
-  else if (e->merging)
-    r = merge_origin_io (e, MERGE_IO_ZERO, NULL, count, offset, flags);
-  else
-    r = prepare_origin_change (e, count, offset);
-  if (r == 0 && !e->merging) {
-    r = device_zero (&e->origin, count, offset,
-                     flags & SNAPFG_REQ_MAY_TRIM, fast);
-    if (r == -EOPNOTSUPP && fast)
+  if (e->merging)
+    /* Unmerged chunks live in the COW store: zeroing them is not fast. */
+    r = fast ? -ENOTSUP
+      : merge_origin_io (e, op, (void *) buf, count, offset, flags);
+  else {
+    /* A fast zero must not copy out: refuse before changing anything. */
+    if (fast && needs_copy_out (e, count, offset))
       r = -ENOTSUP;
-    else if (r < 0)
-      snapfg_error ("origin=%s: zeroing %" PRIu32 " bytes at %" PRIu64
-                    " failed: %s", e->origin.path, count, offset,
-                    strerror (-r));
-    if (r == 0 && (flags & SNAPFG_REQ_FUA))
-      r = device_flush (&e->origin);
+    else
+      r = prepare_origin_change (e, count, offset);
+    if (r == 0)
+      r = apply_origin_change (e, op, buf, count, offset, flags);
   }
   percpu_rwlock_read_unlock (&e->geometry, token);
   stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);
@@ -171,33 +174,24 @@ snapfg_origin_zero (struct snapfg_engine *e, uint32_t count, uint64_t offset,
 }
 
 int
+snapfg_origin_pwrite (struct snapfg_engine *e, const void *buf,
+                      uint32_t count, uint64_t offset, unsigned flags)
+{
+  return change_origin (e, ORIGIN_WRITE, buf, count, offset, flags);
+}
+
+int
+snapfg_origin_zero (struct snapfg_engine *e, uint32_t count, uint64_t offset,
+                    unsigned flags)
+{
+  return change_origin (e, ORIGIN_ZERO, NULL, count, offset, flags);
+}
+
+int
 snapfg_origin_trim (struct snapfg_engine *e, uint32_t count, uint64_t offset,
                     unsigned flags)
 {
-  uint64_t start = stats_now_ns ();
-  percpu_rwlock_token token;
-  int r;
-
-  if (e->origin.readonly)
-    return -EROFS;
-  token = percpu_rwlock_read_lock (&e->geometry);
-  /* A trimmed range reads back as zeroes from a file, so it changes the
-   * origin's data: the snapshots need their copies first.
-   */
-  if (e->merging)
-    r = merge_origin_io (e, MERGE_IO_TRIM, NULL, count, offset, flags);
-  else
-    r = prepare_origin_change (e, count, offset);
-  if (r == 0 && !e->merging) {
-    r = device_punch (&e->origin, count, offset);
-    if (r == -EOPNOTSUPP)
-      r = 0;                    /* trim is advisory */
-    if (r == 0 && (flags & SNAPFG_REQ_FUA))
-      r = device_flush (&e->origin);
-  }
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);
-  return r;
+  return change_origin (e, ORIGIN_TRIM, NULL, count, offset, flags);
 }
 
 int

@@ -34,18 +34,18 @@
 /* --- origin requests during a merge --- */
 
 static int
-origin_piece (struct snapfg_engine *e, enum merge_io op, void *buf,
+origin_piece (struct snapfg_engine *e, enum origin_op op, void *buf,
               uint32_t n, uint64_t offset, unsigned flags)
 {
   switch (op) {
-  case MERGE_IO_READ:
+  case ORIGIN_READ:
     return device_pread (&e->origin, buf, n, offset);
-  case MERGE_IO_WRITE:
+  case ORIGIN_WRITE:
     return device_pwrite (&e->origin, buf, n, offset);
-  case MERGE_IO_ZERO:
+  case ORIGIN_ZERO:
     return device_zero (&e->origin, n, offset,
                         flags & SNAPFG_REQ_MAY_TRIM, false);
-  case MERGE_IO_TRIM: {
+  case ORIGIN_TRIM: {
     int r = device_punch (&e->origin, n, offset);
     return r == -EOPNOTSUPP ? 0 : r;
   }
@@ -54,26 +54,26 @@ origin_piece (struct snapfg_engine *e, enum merge_io op, void *buf,
 }
 
 static int
-cow_piece (struct snapfg_snapshot *s, enum merge_io op, void *buf,
+cow_piece (struct snapfg_snapshot *s, enum origin_op op, void *buf,
            uint32_t n, uint64_t offset)
 {
   struct snapfg_store *st = s->store;
 
   switch (op) {
-  case MERGE_IO_READ:
+  case ORIGIN_READ:
     return device_pread (&st->dev, buf, n, offset);
-  case MERGE_IO_WRITE:
+  case ORIGIN_WRITE:
     return device_pwrite (&st->dev, buf, n, offset);
-  case MERGE_IO_ZERO:
+  case ORIGIN_ZERO:
     return device_pwrite (&st->dev, s->engine->zeroes, n, offset);
-  case MERGE_IO_TRIM:
+  case ORIGIN_TRIM:
     return 0;                   /* advisory; the chunk is merged as it is */
   }
   return -EINVAL;
 }
 
 int
-merge_origin_io (struct snapfg_engine *e, enum merge_io op, void *buf,
+merge_origin_io (struct snapfg_engine *e, enum origin_op op, void *buf,
                  uint32_t count, uint64_t offset, unsigned flags)
 {
   struct snapfg_snapshot *s = e->merging;
@@ -112,7 +112,7 @@ merge_origin_io (struct snapfg_engine *e, enum merge_io op, void *buf,
     if (p)
       p += n;
   }
-  if (r == 0 && (flags & SNAPFG_REQ_FUA) && op != MERGE_IO_READ) {
+  if (r == 0 && (flags & SNAPFG_REQ_FUA) && op != ORIGIN_READ) {
     r = s->store->ops->flush (s->store);
     if (r == 0)
       r = device_flush (&e->origin);
