@@ -1,8 +1,15 @@
-/* snapfg: the disks the engine reads and writes (see device.h). */
+/* snapfg: the disks the engine reads and writes (see device.h).
+ *
+ * The dispatchers, the parts every backend shares, and the file backend
+ * (regular files and block devices through one descriptor).  The NBD
+ * backend is in device-nbd.c.
+ */
 
 #include <config.h>
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <stdarg.h>
 #include <string.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,79 +21,93 @@
 
 #include "device.h"
 
-static int
-device_init_from_fd (struct snapfg_device *dev, int fd, const char *path,
-                     bool readonly)
+/* --- errors explained by backends --- */
+
+static __thread int last_error_r;
+static __thread char last_error_msg[512];
+
+void
+device_set_error (int r, const char *fmt, ...)
 {
-  struct stat st;
+  va_list ap;
 
-  if (fstat (fd, &st) == -1)
-    return -errno;
-  if (S_ISBLK (st.st_mode)) {
-    uint64_t size;
+  va_start (ap, fmt);
+  vsnprintf (last_error_msg, sizeof last_error_msg, fmt, ap);
+  va_end (ap);
+  last_error_r = r;
+}
 
-    if (ioctl (fd, BLKGETSIZE64, &size) == -1)
-      return -errno;
-    dev->size = size;
-    dev->is_block = true;
-  }
-  else if (S_ISREG (st.st_mode)) {
-    dev->size = st.st_size;
-    dev->is_block = false;
-  }
-  else
-    return -EINVAL;               /* neither a file nor a block device */
+static void
+clear_error (void)
+{
+  last_error_r = 0;
+  last_error_msg[0] = '\0';
+}
 
-  dev->path = strdup (path);
-  if (dev->path == NULL)
-    return -ENOMEM;
-  dev->fd = fd;
+const char *
+device_strerror (int r)
+{
+  if (r < 0 && r == last_error_r && last_error_msg[0] != '\0')
+    return last_error_msg;
+  return strerror (-r);
+}
+
+/* --- dispatch --- */
+
+bool
+device_is_uri (const char *path)
+{
+  /* nbd[s][+unix|+vsock]:// */
+  if (strncmp (path, "nbd", 3) != 0)
+    return false;
+  path += 3;
+  if (*path == 's')
+    path++;
+  if (strncmp (path, "+unix", 5) == 0)
+    path += 5;
+  else if (strncmp (path, "+vsock", 6) == 0)
+    path += 6;
+  return strncmp (path, "://", 3) == 0;
+}
+
+static void
+device_reset (struct snapfg_device *dev, bool readonly)
+{
+  memset (dev, 0, sizeof *dev);
+  dev->fd = -1;
+  dev->can_flush = true;
   dev->readonly = readonly;
-  dev->st_dev = st.st_dev;
-  dev->st_ino = st.st_ino;
-  dev->st_rdev = st.st_rdev;
-  return 0;
 }
 
 int
 device_open (struct snapfg_device *dev, const char *path, bool readonly)
 {
-  int fd, r;
+  const struct device_ops *ops =
+    device_is_uri (path) ? &device_nbd_ops : &device_file_ops;
+  int r;
 
-  memset (dev, 0, sizeof *dev);
-  dev->fd = -1;
-  fd = open (path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-  if (fd == -1)
-    return -errno;
-  r = device_init_from_fd (dev, fd, path, readonly);
-  if (r < 0)
-    close (fd);
-  return r;
-}
-
-int
-device_create (struct snapfg_device *dev, const char *path)
-{
-  int fd, r;
-
-  memset (dev, 0, sizeof *dev);
-  dev->fd = -1;
-  fd = open (path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd == -1)
-    return -errno;
-  r = device_init_from_fd (dev, fd, path, false);
+  clear_error ();
+  device_reset (dev, readonly);
+  dev->path = strdup (path);
+  if (dev->path == NULL)
+    return -ENOMEM;
+  r = ops->open (dev, path, readonly);
   if (r < 0) {
-    close (fd);
-    unlink (path);
+    free (dev->path);
+    device_reset (dev, readonly);
+    return r;
   }
-  return r;
+  dev->ops = ops;
+  return 0;
 }
 
 void
 device_close (struct snapfg_device *dev)
 {
-  if (dev->fd >= 0)
-    close (dev->fd);
+  if (dev->ops)
+    dev->ops->close (dev);
+  dev->ops = NULL;
+  dev->priv = NULL;
   dev->fd = -1;
   free (dev->path);
   dev->path = NULL;
@@ -95,56 +116,44 @@ device_close (struct snapfg_device *dev)
 bool
 device_same (const struct snapfg_device *a, const struct snapfg_device *b)
 {
-  if (a->is_block && b->is_block)
-    return a->st_rdev == b->st_rdev;
-  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+  if (a->ops == NULL || a->ops != b->ops)
+    return false;
+  return a->ops->same (a, b);
+}
+
+bool
+device_is_named (const struct snapfg_device *dev, const char *path)
+{
+  if (dev->ops == NULL ||
+      device_is_uri (path) != (dev->ops == &device_nbd_ops))
+    return false;
+  return dev->ops->is_named (dev, path);
 }
 
 int
 device_pread (const struct snapfg_device *dev, void *buf, size_t count,
               uint64_t offset)
 {
-  char *p = buf;
-
-  while (count > 0) {
-    ssize_t r = pread (dev->fd, p, count, offset);
-    if (r == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    if (r == 0) {
-      /* Past the end of a file that has not grown that far yet (a COW
-       * file is extended by writes): reads as zeroes.
-       */
-      memset (p, 0, count);
-      return 0;
-    }
-    p += r;
-    count -= r;
-    offset += r;
-  }
-  return 0;
+  if (count == 0)
+    return 0;
+  return dev->ops->pread (dev, buf, count, offset);
 }
 
 int
 device_pwrite (const struct snapfg_device *dev, const void *buf,
                size_t count, uint64_t offset)
 {
-  const char *p = buf;
+  if (count == 0)
+    return 0;
+  return dev->ops->pwrite (dev, buf, count, offset);
+}
 
-  while (count > 0) {
-    ssize_t r = pwrite (dev->fd, p, count, offset);
-    if (r == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += r;
-    count -= r;
-    offset += r;
-  }
-  return 0;
+int
+device_flush (const struct snapfg_device *dev)
+{
+  if (!dev->can_flush)
+    return 0;
+  return dev->ops->flush (dev);
 }
 
 int
@@ -152,55 +161,20 @@ device_copy (const struct snapfg_device *src, uint64_t src_offset,
              const struct snapfg_device *dst, uint64_t dst_offset,
              size_t count)
 {
-  while (count > 0) {
-    loff_t in = src_offset, out = dst_offset;
-    ssize_t r = copy_file_range (src->fd, &in, dst->fd, &out, count, 0);
-
-    if (r == -1) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
-          errno == EOPNOTSUPP || errno == EBADF)
-        return -EOPNOTSUPP;
-      return -errno;
-    }
-    if (r == 0)
-      return -EOPNOTSUPP;       /* source shorter than expected */
-    src_offset += r;
-    dst_offset += r;
-    count -= r;
-  }
-  return 0;
-}
-
-int
-device_flush (const struct snapfg_device *dev)
-{
-  if (fdatasync (dev->fd) == -1)
-    return -errno;
-  return 0;
-}
-
-static bool
-is_unsupported (int err)
-{
-  return err == EOPNOTSUPP || err == ENOTTY || err == ENOSYS || err == EINVAL;
+  if (src->ops != dst->ops || src->ops->copy == NULL)
+    return -EOPNOTSUPP;
+  if (count == 0)
+    return 0;
+  return src->ops->copy (src, src_offset, dst, dst_offset, count);
 }
 
 int
 device_punch (const struct snapfg_device *dev, uint64_t count,
               uint64_t offset)
 {
-  if (dev->is_block) {
-    uint64_t range[2] = { offset, count };
-    if (ioctl (dev->fd, BLKDISCARD, range) == -1)
-      return is_unsupported (errno) ? -EOPNOTSUPP : -errno;
+  if (count == 0)
     return 0;
-  }
-  if (fallocate (dev->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                 offset, count) == -1)
-    return is_unsupported (errno) ? -EOPNOTSUPP : -errno;
-  return 0;
+  return dev->ops->punch (dev, count, offset);
 }
 
 /* Write zeroes the slow way, in bounded pieces. */
@@ -228,6 +202,297 @@ int
 device_zero (const struct snapfg_device *dev, uint64_t count,
              uint64_t offset, bool may_trim, bool fast_only)
 {
+  int r;
+
+  if (count == 0)
+    return 0;
+  r = dev->ops->zero (dev, count, offset, may_trim, fast_only);
+  if (r != -EOPNOTSUPP || fast_only)
+    return r;
+  return write_zeroes (dev, count, offset);
+}
+
+int
+device_extents (const struct snapfg_device *dev, uint64_t count,
+                uint64_t offset, snapfg_extent_fn fn, void *opaque)
+{
+  if (count == 0)
+    return 0;
+  return dev->ops->extents (dev, count, offset, fn, opaque);
+}
+
+int
+device_truncate (struct snapfg_device *dev, uint64_t size)
+{
+  return dev->ops->truncate (dev, size);
+}
+
+/* device_is_all_zero: read every extent that is not known to be zero. */
+struct zero_scan {
+  const struct snapfg_device *dev;
+  char *buf;
+  size_t bufsize;
+  int result;                   /* 1 all zero so far, 0 not, -errno */
+};
+
+static int
+scan_extent (void *opaque, uint64_t offset, uint64_t length, uint32_t type)
+{
+  struct zero_scan *zs = opaque;
+
+  if (type & SNAPFG_EXTENT_ZERO)
+    return 0;
+  while (length > 0) {
+    size_t n = length < zs->bufsize ? length : zs->bufsize;
+    int r = device_pread (zs->dev, zs->buf, n, offset);
+
+    if (r < 0) {
+      zs->result = r;
+      return r;
+    }
+    /* buf is zero iff its first byte is and it equals itself shifted. */
+    if (zs->buf[0] != 0 || memcmp (zs->buf, zs->buf + 1, n - 1) != 0) {
+      zs->result = 0;
+      return -ECANCELED;        /* stop: the answer is known */
+    }
+    offset += n;
+    length -= n;
+  }
+  return 0;
+}
+
+int
+device_is_all_zero (const struct snapfg_device *dev)
+{
+  struct zero_scan zs = { .dev = dev, .bufsize = 1024 * 1024, .result = 1 };
+  int r;
+
+  if (dev->size == 0)
+    return 1;
+  zs.buf = malloc (zs.bufsize);
+  if (zs.buf == NULL)
+    return -ENOMEM;
+  r = device_extents (dev, dev->size, 0, scan_extent, &zs);
+  if (r < 0 && zs.result == 1)
+    /* The allocation map itself failed: read everything. */
+    scan_extent (&zs, 0, dev->size, 0);
+  free (zs.buf);
+  return zs.result;
+}
+
+/* --- the file backend: regular files and block devices --- */
+
+static int
+file_init_from_fd (struct snapfg_device *dev, int fd)
+{
+  struct stat st;
+
+  if (fstat (fd, &st) == -1)
+    return -errno;
+  if (S_ISBLK (st.st_mode)) {
+    uint64_t size;
+
+    if (ioctl (fd, BLKGETSIZE64, &size) == -1)
+      return -errno;
+    dev->size = size;
+    dev->is_block = true;
+    dev->fixed_size = true;
+  }
+  else if (S_ISREG (st.st_mode)) {
+    dev->size = st.st_size;
+    dev->is_block = false;
+  }
+  else
+    return -EINVAL;               /* neither a file nor a block device */
+
+  dev->fd = fd;
+  dev->st_dev = st.st_dev;
+  dev->st_ino = st.st_ino;
+  dev->st_rdev = st.st_rdev;
+  return 0;
+}
+
+static int
+file_open (struct snapfg_device *dev, const char *path, bool readonly)
+{
+  int fd, r;
+
+  fd = open (path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  if (fd == -1)
+    return -errno;
+  r = file_init_from_fd (dev, fd);
+  if (r < 0)
+    close (fd);
+  return r;
+}
+
+int
+device_create (struct snapfg_device *dev, const char *path)
+{
+  int fd, r;
+
+  clear_error ();
+  device_reset (dev, false);
+  if (device_is_uri (path))
+    return -EEXIST;             /* an export exists: open it instead */
+  dev->path = strdup (path);
+  if (dev->path == NULL)
+    return -ENOMEM;
+  fd = open (path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd == -1) {
+    r = -errno;
+    goto err;
+  }
+  r = file_init_from_fd (dev, fd);
+  if (r < 0) {
+    close (fd);
+    unlink (path);
+    goto err;
+  }
+  dev->ops = &device_file_ops;
+  return 0;
+
+ err:
+  free (dev->path);
+  device_reset (dev, false);
+  return r;
+}
+
+static void
+file_close (struct snapfg_device *dev)
+{
+  if (dev->fd >= 0)
+    close (dev->fd);
+}
+
+static bool
+file_same (const struct snapfg_device *a, const struct snapfg_device *b)
+{
+  if (a->is_block && b->is_block)
+    return a->st_rdev == b->st_rdev;
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+static bool
+file_is_named (const struct snapfg_device *dev, const char *path)
+{
+  struct stat st;
+
+  if (stat (path, &st) == -1)
+    return false;               /* does not exist (yet) */
+  if (S_ISBLK (st.st_mode))
+    return dev->is_block && dev->st_rdev == st.st_rdev;
+  return !dev->is_block && dev->st_dev == st.st_dev &&
+    dev->st_ino == st.st_ino;
+}
+
+static int
+file_pread (const struct snapfg_device *dev, void *buf, size_t count,
+            uint64_t offset)
+{
+  char *p = buf;
+
+  while (count > 0) {
+    ssize_t r = pread (dev->fd, p, count, offset);
+    if (r == -1) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    if (r == 0) {
+      /* Past the end of a file that has not grown that far yet (a COW
+       * file is extended by writes): reads as zeroes.
+       */
+      memset (p, 0, count);
+      return 0;
+    }
+    p += r;
+    count -= r;
+    offset += r;
+  }
+  return 0;
+}
+
+static int
+file_pwrite (const struct snapfg_device *dev, const void *buf,
+             size_t count, uint64_t offset)
+{
+  const char *p = buf;
+
+  while (count > 0) {
+    ssize_t r = pwrite (dev->fd, p, count, offset);
+    if (r == -1) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    p += r;
+    count -= r;
+    offset += r;
+  }
+  return 0;
+}
+
+static int
+file_copy (const struct snapfg_device *src, uint64_t src_offset,
+           const struct snapfg_device *dst, uint64_t dst_offset,
+           size_t count)
+{
+  while (count > 0) {
+    loff_t in = src_offset, out = dst_offset;
+    ssize_t r = copy_file_range (src->fd, &in, dst->fd, &out, count, 0);
+
+    if (r == -1) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+          errno == EOPNOTSUPP || errno == EBADF)
+        return -EOPNOTSUPP;
+      return -errno;
+    }
+    if (r == 0)
+      return -EOPNOTSUPP;       /* source shorter than expected */
+    src_offset += r;
+    dst_offset += r;
+    count -= r;
+  }
+  return 0;
+}
+
+static int
+file_flush (const struct snapfg_device *dev)
+{
+  if (fdatasync (dev->fd) == -1)
+    return -errno;
+  return 0;
+}
+
+static bool
+is_unsupported (int err)
+{
+  return err == EOPNOTSUPP || err == ENOTTY || err == ENOSYS || err == EINVAL;
+}
+
+static int
+file_punch (const struct snapfg_device *dev, uint64_t count,
+            uint64_t offset)
+{
+  if (dev->is_block) {
+    uint64_t range[2] = { offset, count };
+    if (ioctl (dev->fd, BLKDISCARD, range) == -1)
+      return is_unsupported (errno) ? -EOPNOTSUPP : -errno;
+    return 0;
+  }
+  if (fallocate (dev->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                 offset, count) == -1)
+    return is_unsupported (errno) ? -EOPNOTSUPP : -errno;
+  return 0;
+}
+
+static int
+file_zero (const struct snapfg_device *dev, uint64_t count,
+           uint64_t offset, bool may_trim, bool fast_only)
+{
   if (dev->is_block) {
     uint64_t range[2] = { offset, count };
     if (ioctl (dev->fd, BLKZEROOUT, range) == 0)
@@ -250,14 +515,12 @@ device_zero (const struct snapfg_device *dev, uint64_t count,
     if (!is_unsupported (errno))
       return -errno;
   }
-  if (fast_only)
-    return -EOPNOTSUPP;
-  return write_zeroes (dev, count, offset);
+  return -EOPNOTSUPP;           /* the dispatcher writes zeroes */
 }
 
-int
-device_extents (const struct snapfg_device *dev, uint64_t count,
-                uint64_t offset, snapfg_extent_fn fn, void *opaque)
+static int
+file_extents (const struct snapfg_device *dev, uint64_t count,
+              uint64_t offset, snapfg_extent_fn fn, void *opaque)
 {
   uint64_t end = offset + count;
   int r;
@@ -300,56 +563,8 @@ device_extents (const struct snapfg_device *dev, uint64_t count,
   return 0;
 }
 
-int
-device_is_all_zero (const struct snapfg_device *dev)
-{
-  const size_t bufsize = 1024 * 1024;
-  uint64_t offset = 0;
-  char *buf;
-  int result = 1;
-
-  if (dev->size == 0)
-    return 1;
-  buf = malloc (bufsize);
-  if (buf == NULL)
-    return -ENOMEM;
-
-  while (offset < dev->size && result == 1) {
-    uint64_t end = dev->size;
-
-    if (!dev->is_block) {
-      /* Skip holes: they read as zero. */
-      off_t data = lseek (dev->fd, offset, SEEK_DATA);
-      if (data == -1 && errno == ENXIO)
-        break;
-      if (data != -1) {
-        off_t hole = lseek (dev->fd, data, SEEK_HOLE);
-        offset = data;
-        if (hole != -1)
-          end = hole;
-      }
-    }
-    while (offset < end) {
-      size_t n = end - offset < bufsize ? end - offset : bufsize;
-      int r = device_pread (dev, buf, n, offset);
-      if (r < 0) {
-        result = r;
-        break;
-      }
-      /* buf is zero iff its first byte is and it equals itself shifted. */
-      if (buf[0] != 0 || memcmp (buf, buf + 1, n - 1) != 0) {
-        result = 0;
-        break;
-      }
-      offset += n;
-    }
-  }
-  free (buf);
-  return result;
-}
-
-int
-device_truncate (struct snapfg_device *dev, uint64_t size)
+static int
+file_truncate (struct snapfg_device *dev, uint64_t size)
 {
   if (dev->is_block)
     return -EINVAL;
@@ -358,3 +573,19 @@ device_truncate (struct snapfg_device *dev, uint64_t size)
   dev->size = size;
   return 0;
 }
+
+const struct device_ops device_file_ops = {
+  .name = "file",
+  .open = file_open,
+  .close = file_close,
+  .same = file_same,
+  .is_named = file_is_named,
+  .pread = file_pread,
+  .pwrite = file_pwrite,
+  .flush = file_flush,
+  .copy = file_copy,
+  .punch = file_punch,
+  .zero = file_zero,
+  .extents = file_extents,
+  .truncate = file_truncate,
+};

@@ -87,14 +87,14 @@ snapfg_engine_open (const struct snapfg_options *opts,
     /* Still usable for reading and for the snapshots' own writes. */
     r = device_open (&e->origin, opts->origin_path, true);
   }
-  if (r == -EINVAL) {
+  if (r == -EINVAL && !device_is_uri (opts->origin_path)) {
     snapfg_error ("origin=%s: not a regular file or block device",
                   opts->origin_path);
     goto err_free;
   }
   if (r < 0) {
     snapfg_error ("origin=%s: cannot open: %s",
-                  opts->origin_path, strerror (-r));
+                  opts->origin_path, device_strerror (r));
     goto err_free;
   }
   if (e->origin.size == 0) {
@@ -191,23 +191,16 @@ find_snapshot_locked (struct snapfg_engine *e, const char *name)
   return NULL;
 }
 
-/* Is the file at path already some snapshot's COW store?  Returns that
- * snapshot's name.  (The origin itself is refused when the store opens.)
+/* Is the file or URI at path already some snapshot's COW store?  Returns
+ * that snapshot's name.  (The origin itself is refused when the store
+ * opens.)
  */
 static const char *
 cow_in_use_locked (struct snapfg_engine *e, const char *path)
 {
-  struct stat st;
-
-  if (stat (path, &st) == -1)
-    return NULL;                /* does not exist yet: not in use */
-  for (size_t i = 0; i < e->nsnapshots; ++i) {
-    const struct snapfg_device *dev = &e->snapshots[i]->store->dev;
-    if (S_ISBLK (st.st_mode) ? dev->is_block && dev->st_rdev == st.st_rdev
-        : !dev->is_block && dev->st_dev == st.st_dev &&
-          dev->st_ino == st.st_ino)
+  for (size_t i = 0; i < e->nsnapshots; ++i)
+    if (device_is_named (&e->snapshots[i]->store->dev, path))
       return e->snapshots[i]->name;
-  }
   return NULL;
 }
 

@@ -581,6 +581,16 @@ persistent_store_open (const struct snapfg_store_params *params,
     free (ps);
     return r;
   }
+  if (!st->dev.can_flush) {
+    /* Crash safety orders COW data, then metadata, then the origin by
+     * flushing the store between them.
+     */
+    snapfg_error ("cow=%s: the NBD server cannot flush, and a persistent "
+                  "store needs flushes for crash safety (use store=transient "
+                  "or a server that supports flush)", params->path);
+    store_discard_new (st);
+    return -EINVAL;
+  }
 
   r = dm_read_header (&st->dev, &h, &kind, why, sizeof why);
   if (r < 0) {

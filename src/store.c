@@ -44,28 +44,32 @@ int
 store_open_device (const struct snapfg_store_params *params,
                    struct snapfg_store *st)
 {
+  bool is_uri = device_is_uri (params->path);
   int r;
 
-  r = device_create (&st->dev, params->path);
-  if (r == 0) {
-    st->created = true;
-    return 0;
-  }
-  if (r != -EEXIST) {
-    snapfg_error ("cow=%s: cannot create the COW file: %s",
-                  params->path, strerror (-r));
-    return r;
+  /* An NBD export always exists: only a file may be created. */
+  if (!is_uri) {
+    r = device_create (&st->dev, params->path);
+    if (r == 0) {
+      st->created = true;
+      return 0;
+    }
+    if (r != -EEXIST) {
+      snapfg_error ("cow=%s: cannot create the COW file: %s",
+                    params->path, device_strerror (r));
+      return r;
+    }
   }
 
   r = device_open (&st->dev, params->path, false);
-  if (r == -EINVAL) {
+  if (r == -EINVAL && !is_uri) {
     snapfg_error ("cow=%s: not a regular file or block device",
                   params->path);
     return r;
   }
   if (r < 0) {
-    snapfg_error ("cow=%s: cannot open the COW file: %s",
-                  params->path, strerror (-r));
+    snapfg_error ("cow=%s: cannot open the COW %s: %s", params->path,
+                  is_uri ? "export" : "file", device_strerror (r));
     return r;
   }
   if (device_same (&st->dev, params->origin)) {
@@ -92,7 +96,7 @@ store_set_size (const struct snapfg_store_params *params,
 {
   uint64_t cow_size = params->cow_size ? params->cow_size : default_size;
 
-  if (st->dev.is_block) {
+  if (st->dev.fixed_size) {
     if (params->cow_size > st->dev.size) {
       snapfg_error ("cow-size=%" PRIu64 ": larger than the COW device "
                     "%s (%" PRIu64 " bytes)",
@@ -100,7 +104,7 @@ store_set_size (const struct snapfg_store_params *params,
       return -EINVAL;
     }
     if (params->cow_size == 0)
-      cow_size = st->dev.size;   /* a block device is limited by its size */
+      cow_size = st->dev.size;   /* a block device or export: its size */
   }
   st->max_chunks = cow_size >> st->chunk_shift;
   if (st->max_chunks > SNAPFG_MAX_COW_CHUNKS) {

@@ -15,6 +15,7 @@
 #include <nbdkit-plugin.h>
 
 #include "engine.h"
+#include "device.h"
 #include "control-server.h"
 #include "snapfg-log.h"
 
@@ -84,16 +85,23 @@ plugin_config (const char *key, const char *value)
 
   if (strcmp (key, "origin") == 0) {
     free (origin_path);
-    origin_path = nbdkit_realpath (value);
+    /* An NBD URI is kept exactly as given (it is also its identity). */
+    if (!device_is_uri (value))
+      origin_path = nbdkit_realpath (value);
+    else if ((origin_path = strdup (value)) == NULL)
+      nbdkit_error ("strdup: %m");
     if (origin_path == NULL)
       return -1;
   }
   else if (strcmp (key, "cow") == 0) {
     free (cow_path);
     /* The COW file may not exist yet: make the path absolute without
-     * resolving it.
+     * resolving it.  An NBD URI is kept as it is.
      */
-    cow_path = nbdkit_absolute_path (value);
+    if (!device_is_uri (value))
+      cow_path = nbdkit_absolute_path (value);
+    else if ((cow_path = strdup (value)) == NULL)
+      nbdkit_error ("strdup: %m");
     if (cow_path == NULL)
       return -1;
   }
