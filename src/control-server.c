@@ -17,6 +17,7 @@
 
 #include "control-server.h"
 #include "control-protocol.h"
+#include "device.h"
 #include "json.h"
 #include "snapfg-log.h"
 
@@ -368,9 +369,9 @@ execute (struct control_server *srv, const struct control_request *req,
       reply_error (out, "chunk_size: must be between 512 and 1M");
       return;
     }
-    if (req->cow[0] != '/') {
+    if (req->cow[0] != '/' && !device_is_uri (req->cow)) {
       /* The server's working directory is "/", not the client's. */
-      reply_error (out, "cow: the path must be absolute");
+      reply_error (out, "cow: the path must be absolute (or an NBD URI)");
       return;
     }
     r = snapfg_snapshot_create (e, &o);

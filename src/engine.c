@@ -155,12 +155,18 @@ snapfg_engine_close (struct snapfg_engine *e)
     return;
   for (size_t i = 0; i < e->nsnapshots; ++i)
     merge_stop_thread (e->snapshots[i]);
-  /* Every connection is closed by now, so the list holds the last
-   * reference to each snapshot.
+  /* No request can arrive any more, but a connection's close may still
+   * hold a reference.  Close every store now anyway (a transient store
+   * gives its file back, a persistent one flushes): the struct itself
+   * goes with the last reference.
    */
   for (size_t i = 0; i < e->nsnapshots; ++i) {
-    atomic_store (&e->snapshots[i]->state, SNAPSHOT_DROPPED);
-    snapfg_snapshot_put (e->snapshots[i]);
+    struct snapfg_snapshot *s = e->snapshots[i];
+
+    atomic_store (&s->state, SNAPSHOT_DROPPED);
+    s->store->ops->close (s->store, true);
+    s->store = NULL;
+    snapfg_snapshot_put (s);
   }
   free (e->snapshots);
   stats_destroy (&e->stats);

@@ -438,7 +438,7 @@ build_request (int argc, char *argv[], struct json_buf *req)
     json_key (req, "name", false);
     json_string (req, name);
     json_key (req, "cow", false);
-    if (cow[0] == '/')
+    if (cow[0] == '/' || device_is_uri (cow))
       json_string (req, cow);
     else {
       /* The server runs in "/": send an absolute path. */

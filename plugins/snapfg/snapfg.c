@@ -243,8 +243,8 @@ plugin_cleanup (void)
 }
 
 #define plugin_config_help \
-  "origin=<FILE>         (required) The origin disk (file or block device).\n" \
-  "cow=<FILE>            COW store of the snapshot exported as \"snapshot\".\n" \
+  "origin=<FILE>         (required) The origin: file, block device or NBD URI.\n" \
+  "cow=<FILE>            COW store (file, block device or NBD URI) of \"snapshot\".\n" \
   "store=persistent|transient Exception store (default persistent).\n" \
   "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
