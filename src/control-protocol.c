@@ -145,6 +145,12 @@ control_parse_request (const char *line, size_t len,
     goto out;
   }
   for (size_t i = 0; i < v->count; ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (strcmp (v->keys[i], v->keys[j]) == 0) {
+        snprintf (err, err_len, "\"%.64s\" given twice", v->keys[i]);
+        goto out;
+      }
+    }
     if (strcmp (v->keys[i], "cmd") != 0 && !key_allowed (req->cmd, v->keys[i])) {
       snprintf (err, err_len, "unexpected \"%.64s\" for command %s",
                 v->keys[i], cmd);

@@ -38,7 +38,7 @@ struct client {
   struct control_server *srv;
   struct client *next, **pprev;
   int fd;
-  char in[CONTROL_MAX_LINE + 1];
+  char in[CONTROL_MAX_LINE + 2];  /* a full line, '\r' or '\n' included */
   size_t in_len;
   bool discarding;              /* skipping the rest of an overlong line */
   struct json_buf out;
@@ -381,8 +381,14 @@ execute (struct control_server *srv, const struct control_request *req,
     r = snapfg_snapshot_drop (e, req->name);
     break;
   case CONTROL_SET_BLOCK_SIZE:
-    r = snapfg_set_block_size (e, req->block_size > UINT32_MAX
-                               ? 0 : req->block_size);
+    if (req->block_size > UINT32_MAX) {
+      char msg[128];
+      snprintf (msg, sizeof msg, "block size %" PRIu64 ": must be 512 or "
+                "4096", req->block_size);
+      reply_error (out, msg);
+      return;
+    }
+    r = snapfg_set_block_size (e, req->block_size);
     break;
   case CONTROL_MERGE:
     r = snapfg_snapshot_merge (e, req->name);
@@ -449,8 +455,7 @@ static void
 client_read (struct client *c)
 {
   for (;;) {
-    ssize_t n = read (c->fd, c->in + c->in_len,
-                      sizeof c->in - 1 - c->in_len);
+    ssize_t n = read (c->fd, c->in + c->in_len, sizeof c->in - c->in_len);
     char *nl;
 
     if (n == 0) {
@@ -484,7 +489,7 @@ client_read (struct client *c)
       memmove (c->in, nl + 1, c->in_len - len - 1);
       c->in_len -= len + 1;
     }
-    if (c->in_len == sizeof c->in - 1) {
+    if (c->in_len == sizeof c->in) {
       /* No newline within the bound: refuse it and skip to the next. */
       if (!c->discarding) {
         char msg[128];

@@ -210,6 +210,24 @@ cow_in_use_locked (struct snapfg_engine *e, const char *path)
   return NULL;
 }
 
+/* Undo a snapshot that never made it into the list.  A COW file that
+ * opening the store created goes too: the failed command leaves nothing
+ * behind.  Anything that existed before is left as it is.
+ */
+static void
+snapshot_discard (struct snapfg_snapshot *s)
+{
+  char *created = NULL;
+
+  if (s->store && s->store->created)
+    created = strdup (s->store->dev.path);
+  snapshot_free (s, false);
+  if (created) {
+    unlink (created);
+    free (created);
+  }
+}
+
 static int
 load_exception (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
 {
@@ -234,7 +252,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   const char *problem;
   percpu_rwlock_token token;
   const char *in_use;
-  bool exists;
+  bool exists, merging;
   int r;
 
   problem = snapfg_check_chunk_size (params.chunk_size);
@@ -249,7 +267,14 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   token = percpu_rwlock_read_lock (&e->geometry);
   exists = find_snapshot_locked (e, o->name) != NULL;
   in_use = cow_in_use_locked (e, o->cow_path);
+  merging = e->merging != NULL;
   percpu_rwlock_read_unlock (&e->geometry, token);
+  if (merging) {
+    snapfg_error ("snapshot \"%s\": a snapshot is being merged into the "
+                  "origin; no other snapshot may exist until it is done",
+                  o->name);
+    return -EBUSY;
+  }
   if (exists) {
     snapfg_error ("snapshot \"%s\" already exists", o->name);
     return -EEXIST;
@@ -287,7 +312,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
                             e->locking == SNAPFG_LOCKING_GLOBAL
                             ? 0 : SNAPFG_STRIPE_BITS);
   if (r < 0) {
-    snapshot_free (s, false);
+    snapshot_discard (s);
     return r;
   }
   if (s->store->opened_invalid)
@@ -295,7 +320,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   else if (s->store->ops->load) {
     r = s->store->ops->load (s->store, load_exception, s);
     if (r < 0) {
-      snapshot_free (s, false);
+      snapshot_discard (s);
       return r;
     }
   }
@@ -308,7 +333,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   if (find_snapshot_locked (e, o->name) != NULL) {
     percpu_rwlock_write_unlock (&e->geometry);
     snapfg_error ("snapshot \"%s\" already exists", o->name);
-    snapshot_free (s, false);
+    snapshot_discard (s);
     return -EEXIST;
   }
   if (e->merging || (s->store->opened_merging && e->nsnapshots > 0)) {
@@ -316,7 +341,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     snapfg_error ("snapshot \"%s\": snapshot %s is being merged into the "
                   "origin; no other snapshot may exist until it is done",
                   o->name, e->merging ? e->merging->name : o->name);
-    snapshot_free (s, false);
+    snapshot_discard (s);
     return -EBUSY;
   }
   if (s->store->opened_merging) {
@@ -329,7 +354,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
   if (list == NULL) {
     percpu_rwlock_write_unlock (&e->geometry);
-    snapshot_free (s, false);
+    snapshot_discard (s);
     return -ENOMEM;
   }
   list[e->nsnapshots] = s;
@@ -562,7 +587,8 @@ snapfg_snapshot_status (struct snapfg_snapshot *s, char *buf, size_t len)
 {
   uint64_t allocated, total, metadata;
 
-  if (!snapshot_is_valid (s)) {
+  if (atomic_load (&s->state) == SNAPSHOT_INVALID ||
+      atomic_load (&s->state) == SNAPSHOT_DROPPED) {
     snprintf (buf, len, "Invalid");
     return;
   }

@@ -215,6 +215,10 @@ percpu_rwlock_destroy (struct percpu_rwlock *lock)
       break;
     }
   }
+  if (nlive_locks == 0) {
+    free (live_locks);
+    live_locks = NULL;
+  }
   pthread_mutex_unlock (&live_locks_mutex);
   /* This thread's cache entry for the lock, if any, is dead now. */
   for (int i = 0; i < THREAD_CACHE; ++i)

@@ -1,0 +1,198 @@
+# Helpers for the run-time control tests (test-control*.sh,
+# test-merge.sh, test-block-size-change.sh), on top of functions.sh:
+#
+#   source "$(dirname "$0")/control-functions.sh"
+#
+# Provides $PY (a Python with the nbd module, /usr/bin/python3 unless
+# SNAPFG_TEST_PYTHON says otherwise), $SNAPFGCTL, $CTL_IO (the NBD helper
+# tests/control-io.py) and $CTL_PROTO (the raw protocol client
+# tests/control-proto.py), and:
+#
+# The checking helpers record a failure with check_fail and return 0, so
+# that a test under set -e carries on and reports every broken case.
+#
+#   ctl SOCK ARGS...          run snapfgctl -S SOCK ARGS; stdout in
+#                             $tmpdir/ctl.out, stderr in $tmpdir/ctl.err;
+#                             returns snapfgctl's exit status
+#   ctl_ok WHAT SOCK ARGS...  the same; a non-zero exit is a check failure
+#   ctl_refused WHAT MSG SOCK ARGS...
+#                             must exit non-zero with MSG on stderr
+#   json_ok WHAT FILE         FILE holds exactly one valid JSON object
+#   jq_py FILE EXPR           print a Python expression of the JSON in FILE
+#                             (the parsed object is "d")
+#   origin_serves WHAT SOCK   a fresh connection reads the origin
+#   listed SOCK NAME          nbdinfo --list shows export NAME
+#   export_equals URI FILE WHAT, files_equal A B WHAT
+#   wait_nbdkit_death PIDFILE SECONDS, wait_until SECONDS COMMAND...
+
+# shellcheck shell=bash
+
+_cfn_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=functions.sh
+source "$_cfn_dir/functions.sh"
+
+PY=${SNAPFG_TEST_PYTHON:-/usr/bin/python3}
+CTL_IO="$_cfn_dir/control-io.py"
+CTL_PROTO="$_cfn_dir/control-proto.py"
+
+if [ -z "${SNAPFGCTL:-}" ]; then
+    SNAPFGCTL=$(_find_first \
+        "$PWD/src/snapfgctl" \
+        "$PWD/../src/snapfgctl" \
+        "$_cfn_dir/../src/snapfgctl") || true
+fi
+
+# require_control_tools: nbdkit, the plugin, snapfgctl, nbdinfo, nbdcopy
+# and a Python with the nbd module.
+require_control_tools() {
+    require_snapfg
+    requires nbdinfo nbdcopy cmp
+    [ -x "$PY" ] || skip "$PY not found"
+    "$PY" -c 'import nbd' 2>/dev/null || skip "$PY has no nbd module"
+    [ -n "$SNAPFGCTL" ] && [ -x "$SNAPFGCTL" ] ||
+        fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): run 'make src/snapfgctl' first"
+}
+
+cio() { "$PY" "$CTL_IO" "$@"; }
+
+ctl() {
+    local sock=$1 st=0
+    shift
+    timeout 60 "$SNAPFGCTL" -S "$sock" "$@" >"$tmpdir/ctl.out" 2>"$tmpdir/ctl.err" || st=$?
+    [ "$st" -ne 124 ] || echo "snapfgctl $* timed out (60 s)" >>"$tmpdir/ctl.err"
+    return "$st"
+}
+
+ctl_ok() {
+    local what=$1 st=0
+    shift
+    ctl "$@" || st=$?
+    if [ "$st" -ne 0 ]; then
+        cat "$tmpdir/ctl.out" "$tmpdir/ctl.err" >&2
+        check_fail "$what: snapfgctl ${*:2} exited $st"
+        return 0
+    fi
+    info "ok: $what"
+}
+
+ctl_refused() {
+    local what=$1 msg=$2 st=0
+    shift 2
+    ctl "$@" || st=$?
+    if [ "$st" -eq 0 ]; then
+        cat "$tmpdir/ctl.out" >&2
+        check_fail "$what: snapfgctl ${*:2} succeeded; expected an error"
+        return 0
+    fi
+    if [ "$st" -ge 124 ]; then
+        cat "$tmpdir/ctl.err" >&2
+        check_fail "$what: snapfgctl ${*:2} exited $st (crash or hang?)"
+        return 0
+    fi
+    if ! grep -qF -- "$msg" "$tmpdir/ctl.err"; then
+        echo "--- stderr was: ---" >&2
+        cat "$tmpdir/ctl.err" >&2
+        check_fail "$what: error message lacks '$msg'"
+        return 0
+    fi
+    info "ok: $what: refused (exit $st): $(head -n1 "$tmpdir/ctl.err")"
+}
+
+json_ok() {
+    if ! "$PY" -c '
+import json, sys
+text = open(sys.argv[1]).read()
+if not text.endswith("\n") or text.count("\n") != 1:
+    sys.exit("not exactly one line: %r" % text[:200])
+d = json.loads(text)
+if not isinstance(d, dict):
+    sys.exit("not a JSON object")
+' "$2" 2>"$tmpdir/json.err"; then
+        check_fail "$1: invalid JSON output: $(head -c 300 "$tmpdir/json.err"): $(head -c 300 "$2")"
+    fi
+}
+
+jq_py() {
+    "$PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+v = eval(sys.argv[2])
+print(json.dumps(v) if isinstance(v, (dict, list, bool)) or v is None else v)
+' "$1" "$2"
+}
+
+origin_serves() {
+    local what=$1 sock=$2 out
+    if out=$(cio read "$(uri "$sock" origin)" 0 4096 2>&1) && [ "$out" = ok ]; then
+        info "ok: $what: the origin still serves reads"
+    else
+        check_fail "$what: reading the origin failed: $out"
+    fi
+}
+
+listed() {
+    nbdinfo --list --json "$(uri "$1")" 2>"$tmpdir/list.err" |
+        "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+sys.exit(0 if any(e["export-name"] == sys.argv[1] for e in d["exports"]) else 1)
+' "$2"
+}
+
+# files_equal A B WHAT
+files_equal() {
+    if ! cmp "$1" "$2" >"$tmpdir/cmp.out" 2>&1; then
+        check_fail "$3: $(head -c 300 "$tmpdir/cmp.out")"
+        return 0
+    fi
+    info "ok: $3"
+}
+
+# export_equals URI FILE WHAT: nbdcopy the export and compare with FILE.
+export_equals() {
+    local out="$tmpdir/export-copy.img"
+    rm -f "$out"
+    if ! nbdcopy -- "$1" "$out" 2>"$tmpdir/nbdcopy.err"; then
+        cat "$tmpdir/nbdcopy.err" >&2
+        check_fail "$3: nbdcopy of $1 failed"
+        return 0
+    fi
+    files_equal "$out" "$2" "$3"
+}
+
+# nbdkit_pid PIDFILE: the pid of an nbdkit started with start_snapfg.
+nbdkit_pid() { echo "${_nbdkit_pids[$1]:-}"; }
+
+# wait_nbdkit_death PIDFILE SECONDS: wait for an nbdkit started with
+# start_snapfg to exit on its own; sets nbdkit_status to its exit status
+# (128+signal), or to "alive" if it still runs after SECONDS.  (Not in a
+# $(...): only the shell that started it can collect its status.)
+nbdkit_status=
+wait_nbdkit_death() {
+    local pidfile=$1 pid=${_nbdkit_pids[$1]:-} st=0
+    [ -n "$pid" ] || fail "wait_nbdkit_death: no nbdkit started with $1"
+    for _ in $(seq $(($2 * 10))); do
+        _proc_alive "$pid" || break
+        sleep 0.1
+    done
+    if _proc_alive "$pid"; then
+        nbdkit_status=alive
+        return 0
+    fi
+    { wait "$pid" || st=$?; } 2>/dev/null
+    unset "_nbdkit_pids[$pidfile]"
+    nbdkit_status=$st
+}
+
+# wait_until SECONDS COMMAND...: poll (every 0.1 s) until COMMAND
+# succeeds; returns 1 on timeout.
+wait_until() {
+    local n=$(($1 * 10))
+    shift
+    while [ "$n" -gt 0 ]; do
+        "$@" && return 0
+        sleep 0.1
+        n=$((n - 1))
+    done
+    return 1
+}
