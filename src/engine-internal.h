@@ -80,6 +80,10 @@ struct snapfg_engine {
 
   /* Test hook: SNAPFG_TEST_DELAY_US widens the race windows. */
   unsigned test_delay_us;
+  /* Test hook: SNAPFG_TEST_MERGE_DELAY_US slows each merge batch, so that
+   * tests can act while a merge is still running.
+   */
+  unsigned test_merge_delay_us;
   /* Test hook: SNAPFG_TEST_CRASH_AT kills the process at a fault point. */
   enum fault_point fault_at;
   atomic_long fault_countdown;

@@ -122,6 +122,9 @@ snapfg_engine_open (const struct snapfg_options *opts,
   env = getenv ("SNAPFG_TEST_DELAY_US");
   if (env && *env)
     e->test_delay_us = strtoul (env, NULL, 10);
+  env = getenv ("SNAPFG_TEST_MERGE_DELAY_US");
+  if (env && *env)
+    e->test_merge_delay_us = strtoul (env, NULL, 10);
   parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
 
   *ep = e;

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <unistd.h>
 
 #include "engine-internal.h"
 #include "snapfg-log.h"
@@ -242,6 +243,8 @@ merge_thread (void *arg)
     r = claim_batch (s, pairs, n, pe);
     if (r < 0)
       break;
+    if (e->test_merge_delay_us)
+      usleep (e->test_merge_delay_us);      /* tests: a merge that lasts */
     for (size_t i = 0; i < n && r == 0; ++i)
       r = copy_back (s, &pairs[i], buf);
     if (r == 0)

@@ -65,7 +65,10 @@ make_random_image "$origin" "$size"
 cp "$origin" "$orig"
 make_random_image "$tmpdir/new-data.img" $((24 * MiB))
 
-start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
+# Each merge batch (16 chunks) takes at least 5 ms, so that the checks
+# below run while the merge is certainly still going (>= 2 s).
+SNAPFG_TEST_MERGE_DELAY_US=5000 \
+    start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
 ctl_ok "create snap1 (persistent, chunk 4K)" "$ctlsock" create snap1 --cow "$cow1" --chunk-size 4096
 
 info "writing 24 MiB to the origin (6144 copy-outs)"

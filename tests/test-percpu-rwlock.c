@@ -112,8 +112,9 @@ writer_once (void *arg)
   percpu_rwlock_write_lock (&lock);
   atomic_store (&writer_has_lock, true);
   usleep (200 * 1000);          /* hold it while readers queue up */
-  percpu_rwlock_write_unlock (&lock);
+  /* Cleared before unlocking: a reader may get in right after. */
   atomic_store (&writer_has_lock, false);
+  percpu_rwlock_write_unlock (&lock);
   return NULL;
 }
 
