@@ -46,8 +46,12 @@ static pthread_mutex_t live_locks_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct percpu_rwlock **live_locks;
 static size_t nlive_locks;
 static atomic_uint_least64_t next_lock_id = 1;
+/* Its destructor gives a thread's slots back when the thread exits.  It
+ * exists only while some lock does: the plugin may be unloaded before
+ * nbdkit's last threads exit, and a destructor must not outlive its code.
+ */
 static pthread_key_t exit_key;
-static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static bool exit_key_created;   /* under live_locks_mutex */
 
 /* Thread exit: give this thread's slots back to their locks. */
 static void
@@ -69,12 +73,6 @@ release_thread_slots (void *unused)
   thread_last.lock_id = 0;
   thread_last.slot = NULL;
   pthread_mutex_unlock (&live_locks_mutex);
-}
-
-static void
-make_exit_key (void)
-{
-  pthread_key_create (&exit_key, release_thread_slots);
 }
 
 static struct percpu_rwlock_slot *
@@ -128,9 +126,11 @@ thread_slot_slow (struct percpu_rwlock *lock)
       free_entry = i;
   }
 
-  /* First use of this lock by this thread. */
-  pthread_once (&exit_key_once, make_exit_key);
-  pthread_setspecific (exit_key, thread_cache);
+  /* First use of this lock by this thread (which holds no slot of it). */
+  pthread_mutex_lock (&live_locks_mutex);
+  if (exit_key_created)
+    pthread_setspecific (exit_key, thread_cache);
+  pthread_mutex_unlock (&live_locks_mutex);
   if (free_entry < 0) {
     /* More live locks than cache entries in one thread: give the oldest
      * entry's slot back (it is not held: a thread holds at most one read
@@ -194,6 +194,9 @@ percpu_rwlock_init (struct percpu_rwlock *lock)
     return -err;
 
   pthread_mutex_lock (&live_locks_mutex);
+  if (!exit_key_created)
+    exit_key_created = pthread_key_create (&exit_key,
+                                           release_thread_slots) == 0;
   list = realloc (live_locks, (nlive_locks + 1) * sizeof *list);
   if (list) {
     list[nlive_locks++] = lock;
@@ -218,6 +221,10 @@ percpu_rwlock_destroy (struct percpu_rwlock *lock)
   if (nlive_locks == 0) {
     free (live_locks);
     live_locks = NULL;
+    if (exit_key_created) {
+      pthread_key_delete (exit_key);
+      exit_key_created = false;
+    }
   }
   pthread_mutex_unlock (&live_locks_mutex);
   /* This thread's cache entry for the lock, if any, is dead now. */
