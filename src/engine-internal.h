@@ -50,8 +50,9 @@ struct snapfg_snapshot {
   atomic_int refs;             /* the engine's list, and each connection */
 
   /* Merging (merge.c). */
+  pthread_mutex_t merge_lock;  /* the merge thread's life */
   pthread_t merge_thread;
-  bool merge_thread_running;
+  bool merge_thread_running;   /* started and neither detached nor joined */
   atomic_bool merge_stop;      /* the engine is closing: stop between batches */
   atomic_uint_least64_t merge_done, merge_total;
   struct snapfg_stats stats;   /* this export's requests, copy-outs into it */

@@ -147,6 +147,7 @@ snapshot_free (struct snapfg_snapshot *s, bool clean)
   if (s->table.stripes)
     exception_table_destroy (&s->table);
   stats_destroy (&s->stats);
+  pthread_mutex_destroy (&s->merge_lock);
   free (s->name);
   free (s);
 }
@@ -295,6 +296,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   atomic_init (&s->state, SNAPSHOT_VALID);
   atomic_init (&s->overflow, false);
   atomic_init (&s->refs, 1);    /* the engine's list */
+  pthread_mutex_init (&s->merge_lock, NULL);
   s->name = strdup (o->name);
   if (s->name == NULL || stats_init (&s->stats) < 0) {
     free (s->name);
@@ -536,10 +538,15 @@ snapfg_snapshot_info (struct snapfg_snapshot *s,
   info->cow_path = s->store->dev.path;
   info->chunk_size = s->chunk_size;
   snapfg_snapshot_status (s, info->status, sizeof info->status);
+  info->exceptions = exception_table_count (&s->table);
   if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
     info->state = "merging";
     info->merge_done = atomic_load (&s->merge_done);
     info->merge_total = atomic_load (&s->merge_total);
+    /* The table shrinks a batch at a time, a little before merge_done
+     * grows: report what the store holds, consistently with the counts.
+     */
+    info->exceptions = info->merge_total - info->merge_done;
   }
   else if (!snapshot_is_valid (s))
     info->state = "Invalid";
@@ -547,7 +554,6 @@ snapfg_snapshot_info (struct snapfg_snapshot *s,
     info->state = "Overflow";
   else
     info->state = "valid";
-  info->exceptions = exception_table_count (&s->table);
   info->connections = atomic_load (&s->stats.connections);
 }
 

@@ -266,36 +266,56 @@ merge_thread (void *arg)
                   (uint64_t) atomic_load (&s->merge_done), strerror (-r));
   else if (!atomic_load (&s->merge_stop))
     finish_merge (s);
+
+  /* Nobody will join a thread whose merge ended by itself (the snapshot
+   * may be gone from the list): detach it.  One being stopped by the
+   * engine is joined instead.
+   */
+  pthread_mutex_lock (&s->merge_lock);
+  if (!atomic_load (&s->merge_stop)) {
+    pthread_detach (pthread_self ());
+    s->merge_thread_running = false;
+  }
+  pthread_mutex_unlock (&s->merge_lock);
+  snapfg_snapshot_put (s);      /* the thread's own reference */
   return NULL;
 }
 
 int
 merge_start_thread (struct snapfg_snapshot *s)
 {
-  int err;
+  int err = 0;
 
-  if (s->merge_thread_running)
-    return 0;
-  atomic_store (&s->merge_total, exception_table_count (&s->table)
-                + atomic_load (&s->merge_done));
-  err = pthread_create (&s->merge_thread, NULL, merge_thread, s);
-  if (err) {
-    snapfg_error ("snapshot %s: cannot start the merge thread: %s",
-                  s->name, strerror (err));
-    return -err;
+  pthread_mutex_lock (&s->merge_lock);
+  if (!s->merge_thread_running) {
+    atomic_store (&s->merge_total, exception_table_count (&s->table)
+                  + atomic_load (&s->merge_done));
+    atomic_fetch_add (&s->refs, 1);     /* the thread's own reference */
+    err = pthread_create (&s->merge_thread, NULL, merge_thread, s);
+    if (err) {
+      atomic_fetch_sub (&s->refs, 1);
+      snapfg_error ("snapshot %s: cannot start the merge thread: %s",
+                    s->name, strerror (err));
+    }
+    else
+      s->merge_thread_running = true;
   }
-  s->merge_thread_running = true;
-  return 0;
+  pthread_mutex_unlock (&s->merge_lock);
+  return -err;
 }
 
 void
 merge_stop_thread (struct snapfg_snapshot *s)
 {
-  if (!s->merge_thread_running)
-    return;
+  bool join;
+
+  pthread_mutex_lock (&s->merge_lock);
   atomic_store (&s->merge_stop, true);
-  pthread_join (s->merge_thread, NULL);
+  join = s->merge_thread_running;
   s->merge_thread_running = false;
+  pthread_mutex_unlock (&s->merge_lock);
+  if (join)
+    pthread_join (s->merge_thread, NULL);
 }
 
 int
