@@ -136,4 +136,24 @@ fi
 stop_nbdkit "$pid"
 info "without cow= only the origin is served"
 
+# ---------------------------------------------------------------------
+# 4. snapshot=NAME:COW (repeatable): more snapshots at start-up, each
+# exported under its name, each frozen at start while the origin moves.
+start_snapfg "$sock" "$pid" origin="$origin" cow="$tmpdir/s0.cow" \
+    snapshot=first:"$tmpdir/s1.cow" snapshot=second:"$tmpdir/s2.cow"
+list=$(nbdinfo_list "$(uri "$sock")")
+for e in origin snapshot first second; do
+    echo "$list" | grep -qx "export=\"$e\":" || fail "snapshot=: export $e not listed"
+done
+"$NBD_CHECK" fill "$(uri "$sock" origin)" 0 65536 92
+for e in snapshot first second; do
+    "$NBD_CHECK" compare "$(uri "$sock" "$e")" "$tmpdir/expected.img"
+done
+stop_nbdkit "$pid"
+if try_start_failure "$tmpdir/snap.err" origin="$origin" snapshot=nocolon; then
+    grep -q 'snapshot=nocolon' "$tmpdir/snap.err" ||
+        check_fail "snapshot= without a COW: the error does not name the parameter: $(cat "$tmpdir/snap.err")"
+fi
+info "snapshot=NAME:COW adds snapshots at start-up"
+
 finish

@@ -22,6 +22,14 @@
 /* Parameters (see nbdkit-snapfg-plugin(1)). */
 static char *origin_path;
 static char *cow_path;
+
+/* snapshot=NAME:COW, repeatable: more snapshots at start-up. */
+struct startup_snapshot {
+  char *name;
+  char *cow_path;
+};
+static struct startup_snapshot *extra_snapshots;
+static size_t nextra_snapshots;
 static const char *store_type = "persistent";
 static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
 static int64_t cow_size;
@@ -60,6 +68,11 @@ plugin_unload (void)
   engine = NULL;
   free (origin_path);
   free (cow_path);
+  for (size_t i = 0; i < nextra_snapshots; ++i) {
+    free (extra_snapshots[i].name);
+    free (extra_snapshots[i].cow_path);
+  }
+  free (extra_snapshots);
   free (control_path);
 }
 
@@ -104,6 +117,33 @@ plugin_config (const char *key, const char *value)
       nbdkit_error ("strdup: %m");
     if (cow_path == NULL)
       return -1;
+  }
+  else if (strcmp (key, "snapshot") == 0) {
+    const char *colon = strchr (value, ':');
+    struct startup_snapshot *list, *x;
+
+    if (colon == NULL || colon == value || colon[1] == '\0') {
+      nbdkit_error ("snapshot=%s: expected snapshot=NAME:COW", value);
+      return -1;
+    }
+    list = realloc (extra_snapshots,
+                    (nextra_snapshots + 1) * sizeof *list);
+    if (list == NULL) {
+      nbdkit_error ("realloc: %m");
+      return -1;
+    }
+    extra_snapshots = list;
+    x = &list[nextra_snapshots];
+    x->name = strndup (value, colon - value);
+    x->cow_path = device_is_uri (colon + 1) ? strdup (colon + 1)
+      : nbdkit_absolute_path (colon + 1);
+    if (x->name == NULL || x->cow_path == NULL) {
+      free (x->name);
+      free (x->cow_path);
+      nbdkit_error ("snapshot=%s: out of memory", value);
+      return -1;
+    }
+    nextra_snapshots++;
   }
   else if (strcmp (key, "store") == 0) {
     if (strcmp (value, "transient") == 0)
@@ -182,9 +222,9 @@ plugin_config_complete (void)
                   "(the disk to serve and snapshot)");
     return -1;
   }
-  if (cow_path == NULL) {
+  if (cow_path == NULL && nextra_snapshots == 0) {
     if (cow_size) {
-      nbdkit_error ("cow-size= given without cow=");
+      nbdkit_error ("cow-size= given without cow= or snapshot=");
       return -1;
     }
   }
@@ -201,6 +241,18 @@ plugin_config_complete (void)
     struct snapfg_snapshot_options snap = {
       .name = SNAPFG_STARTUP_SNAPSHOT,
       .cow_path = cow_path,
+      .store_type = store_type,
+      .chunk_size = chunk_size,
+      .cow_size = cow_size,
+    };
+    if (snapfg_snapshot_create (engine, &snap) < 0)
+      return -1;
+  }
+  /* Then the snapshot= ones, in order, with the same store settings. */
+  for (size_t i = 0; i < nextra_snapshots; ++i) {
+    struct snapfg_snapshot_options snap = {
+      .name = extra_snapshots[i].name,
+      .cow_path = extra_snapshots[i].cow_path,
       .store_type = store_type,
       .chunk_size = chunk_size,
       .cow_size = cow_size,
@@ -245,6 +297,7 @@ plugin_cleanup (void)
 #define plugin_config_help \
   "origin=<FILE>         (required) The origin: file, block device or NBD URI.\n" \
   "cow=<FILE>            COW store (file, block device or NBD URI) of \"snapshot\".\n" \
+  "snapshot=<NAME>:<COW> Another snapshot exported as NAME (repeatable).\n" \
   "store=persistent|transient Exception store (default persistent).\n" \
   "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
