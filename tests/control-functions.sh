@@ -31,16 +31,8 @@ _cfn_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=functions.sh
 source "$_cfn_dir/functions.sh"
 
-PY=${SNAPFG_TEST_PYTHON:-/usr/bin/python3}
 CTL_IO="$_cfn_dir/control-io.py"
 CTL_PROTO="$_cfn_dir/control-proto.py"
-
-if [ -z "${SNAPFGCTL:-}" ]; then
-    SNAPFGCTL=$(_find_first \
-        "$PWD/src/snapfgctl" \
-        "$PWD/../src/snapfgctl" \
-        "$_cfn_dir/../src/snapfgctl") || true
-fi
 
 # require_control_tools: nbdkit, the plugin, snapfgctl, nbdinfo, nbdcopy
 # and a Python with the nbd module.

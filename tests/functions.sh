@@ -77,6 +77,15 @@ if [ -z "${NBD_CHECK:-}" ]; then
         "$PWD/nbd-check" \
         "$_fn_dir/nbd-check") || true
 fi
+if [ -z "${SNAPFGCTL:-}" ]; then
+    SNAPFGCTL=$(_find_first \
+        "$PWD/src/snapfgctl" \
+        "$PWD/../src/snapfgctl" \
+        "$_fn_dir/../src/snapfgctl") || true
+fi
+# Python test helpers need the nbd module, which Debian installs for the
+# system Python only.
+PY=${SNAPFG_TEST_PYTHON:-/usr/bin/python3}
 
 # require_snapfg: nbdkit, the built plugin and (optionally) the driver.
 require_snapfg() {

@@ -13,16 +13,8 @@ _pfn_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=functions.sh
 source "$_pfn_dir/functions.sh"
 
-PY=${SNAPFG_TEST_PYTHON:-/usr/bin/python3}
 PIO="$_pfn_dir/persistent-io.py"
 MAKE_COW="$_pfn_dir/make-cow.py"
-
-if [ -z "${SNAPFGCTL:-}" ]; then
-    SNAPFGCTL=$(_find_first \
-        "$PWD/src/snapfgctl" \
-        "$PWD/../src/snapfgctl" \
-        "$_fn_dir/../src/snapfgctl") || true
-fi
 
 # require_persistent_tools: nbdkit, the plugin, snapfgctl, nbdcopy,
 # nbdinfo and a Python with the nbd module.
