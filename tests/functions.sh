@@ -227,6 +227,30 @@ stop_nbdkit() {
     fi
 }
 
+# nbdkit_pid PIDFILE: the pid of an nbdkit started with start_snapfg.
+nbdkit_pid() { echo "${_nbdkit_pids[$1]:-}"; }
+
+# wait_nbdkit_death PIDFILE SECONDS: wait for an nbdkit started with
+# start_snapfg to exit on its own; sets nbdkit_status to its exit status
+# (128+signal), or to "alive" if it still runs after SECONDS.  (Not in a
+# $(...): only the shell that started it can collect its status.)
+nbdkit_status=
+wait_nbdkit_death() {
+    local pidfile=$1 pid=${_nbdkit_pids[$1]:-} st=0
+    [ -n "$pid" ] || fail "wait_nbdkit_death: no nbdkit started with $1"
+    for _ in $(seq $(($2 * 10))); do
+        _proc_alive "$pid" || break
+        sleep 0.1
+    done
+    if _proc_alive "$pid"; then
+        nbdkit_status=alive
+        return 0
+    fi
+    { wait "$pid" || st=$?; } 2>/dev/null
+    unset "_nbdkit_pids[$pidfile]"
+    nbdkit_status=$st
+}
+
 # expect_start_failure ERRFILE PARAMS...: nbdkit with PARAMS must refuse
 # to start (non-zero exit, no crash, no hang).  Its stderr goes to
 # ERRFILE.  --run true makes a successful start exit at once, so a

@@ -138,9 +138,6 @@ count_distinct() {
     if [ -f "$1" ]; then sort -un "$1" | wc -l; else echo 0; fi
 }
 
-# nbdkit_pid PIDFILE: the pid of an nbdkit started with start_snapfg.
-nbdkit_pid() { echo "${_nbdkit_pids[$1]:-}"; }
-
 # kill9_nbdkit PIDFILE: SIGKILL the nbdkit and reap it.
 kill9_nbdkit() {
     local pid=${_nbdkit_pids[$1]:-}
@@ -150,23 +147,3 @@ kill9_nbdkit() {
     unset "_nbdkit_pids[$1]"
 }
 
-# wait_nbdkit_death PIDFILE SECONDS: wait for the nbdkit to exit on its
-# own; sets nbdkit_status to its exit status (128+signal for a signal),
-# or to "alive" if it still runs after SECONDS.  (Not in a $(...): the
-# status of a child can only be collected by the shell that started it.)
-nbdkit_status=
-wait_nbdkit_death() {
-    local pid=${_nbdkit_pids[$1]:-} i st=0
-    [ -n "$pid" ] || fail "wait_nbdkit_death: no nbdkit started with $1"
-    for i in $(seq $(($2 * 10))); do
-        _proc_alive "$pid" || break
-        sleep 0.1
-    done
-    if _proc_alive "$pid"; then
-        nbdkit_status=alive
-        return 0
-    fi
-    { wait "$pid" || st=$?; } 2>/dev/null
-    unset "_nbdkit_pids[$1]"
-    nbdkit_status=$st
-}
