@@ -14,13 +14,14 @@
 #
 #   build --origin F --chunk-size C --exceptions N --out COW --expected SNAP
 #         [--seed S] [--extra-chunks K] [--valid V] [--include C,C,...]
+#         [--exclude C,C,...]
 #       A store with N exceptions for N random origin chunks, in the
 #       order dm would have allocated them, each data chunk holding a
 #       distinctive pattern; SNAP is what the snapshot must read (the
 #       origin with those chunks replaced).  The file ends after the last
 #       data chunk, plus the next metadata area if the last one used is
 #       full, plus K chunks.  --include: origin chunks that must be among
-#       the remapped ones.
+#       the remapped ones; --exclude: origin chunks that must not be.
 #
 #   verify --cow COW --snapshot SNAP --chunk-size C --origin-size BYTES
 #          [--expect-chunks FILE] [--expect-count N] [--dense]
@@ -70,7 +71,11 @@ def cmd_build(a):
     if a.exceptions > origin_chunks:
         sys.exit("more exceptions than origin chunks")
     include = [int(x) for x in a.include.split(",")] if a.include else []
-    olds = include + rng.sample([c for c in range(origin_chunks) if c not in include],
+    exclude = set(int(x) for x in a.exclude.split(",")) if a.exclude else set()
+    if exclude & set(include):
+        sys.exit("--include and --exclude share chunks")
+    olds = include + rng.sample([c for c in range(origin_chunks)
+                                 if c not in include and c not in exclude],
                                 a.exceptions - len(include))
     rng.shuffle(olds)
 
@@ -277,6 +282,7 @@ def main():
     s.add_argument("--extra-chunks", type=num, default=0)
     s.add_argument("--valid", type=num, default=1)
     s.add_argument("--include")
+    s.add_argument("--exclude")
     s.set_defaults(fn=cmd_build)
 
     s = sub.add_parser("verify")
