@@ -9,9 +9,60 @@
 #include <string.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 
 #include "engine-internal.h"
 #include "snapfg-log.h"
+
+/* A copy-out through user space needs a chunk-sized buffer.  nbdkit's
+ * worker threads live as long as their connection, so each keeps one
+ * buffer for its copy-outs instead of a malloc and free per copy-out.
+ * Chunks larger than this are rare (dm's default is 4 KiB) and their copy
+ * costs far more than an allocation; keeping a megabyte per worker thread
+ * would not pay, so those allocate per copy-out.
+ */
+#define CACHED_COPY_BUFFER_MAX (64 * 1024)
+
+static pthread_key_t copy_buffer_key;
+static pthread_once_t copy_buffer_once = PTHREAD_ONCE_INIT;
+static bool copy_buffer_key_ok;
+static __thread void *copy_buffer;      /* CACHED_COPY_BUFFER_MAX bytes */
+
+static void
+make_copy_buffer_key (void)
+{
+  /* The destructor frees a thread's buffer when the thread exits. */
+  copy_buffer_key_ok = pthread_key_create (&copy_buffer_key, free) == 0;
+}
+
+/* A buffer of at least len bytes; release it with put_copy_buffer. */
+static void *
+get_copy_buffer (size_t len)
+{
+  if (len > CACHED_COPY_BUFFER_MAX)
+    return malloc (len);
+  if (copy_buffer == NULL) {
+    pthread_once (&copy_buffer_once, make_copy_buffer_key);
+    if (!copy_buffer_key_ok)
+      return malloc (len);
+    copy_buffer = malloc (CACHED_COPY_BUFFER_MAX);
+    if (copy_buffer == NULL)
+      return NULL;
+    if (pthread_setspecific (copy_buffer_key, copy_buffer) != 0) {
+      void *p = copy_buffer;    /* could not arrange its free: don't keep it */
+      copy_buffer = NULL;
+      return p;
+    }
+  }
+  return copy_buffer;
+}
+
+static void
+put_copy_buffer (void *buf)
+{
+  if (buf != copy_buffer)
+    free (buf);
+}
 
 /* Under the stripe lock, wait until the chunk is either remapped with no
  * copy in progress (state D: return 1), or not remapped at all (state A:
@@ -117,11 +168,17 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
     return r;
   }
 
-  if (data == NULL && !atomic_load_explicit (&e->copy_by_hand,
-                                             memory_order_relaxed) &&
+  if (data == NULL && s->chunk_size > CACHED_COPY_BUFFER_MAX &&
+      !atomic_load_explicit (&e->copy_by_hand, memory_order_relaxed) &&
       ((chunk + 1) << s->chunk_shift) <= e->size) {
-    /* A plain copy-out of a whole chunk: one system call and no copy
-     * through user space.
+    /* A plain copy-out of a large chunk: one system call and no copy
+     * through user space (nor a large buffer).  Small chunks go through
+     * the thread's buffer below, which measured faster: with 4 KiB
+     * chunks, first writes at one connection made 38.0k IOPS against
+     * 35.3k with copy_file_range (27.5 against 29.5 us of nbdkit CPU
+     * per request; ext4, files in the page cache), because
+     * copy_file_range on a file system without reflink is a splice
+     * through a pipe.  At 64 KiB the two were level.
      */
     engine_test_delay (e);      /* widen the B window in tests */
     r = device_copy (&e->origin, chunk << s->chunk_shift, &st->dev, where,
@@ -133,7 +190,7 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
     atomic_store (&e->copy_by_hand, true);  /* these files can't: stop trying */
   }
 
-  buf = malloc (s->chunk_size);
+  buf = get_copy_buffer (s->chunk_size);
   if (buf == NULL)
     return -ENOMEM;
   r = read_origin_chunk (s, chunk, buf);
@@ -146,7 +203,7 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
     r = device_pwrite (&st->dev, buf, s->chunk_size, where);
     *cow_failed = r < 0;
   }
-  free (buf);
+  put_copy_buffer (buf);
   return r;
 }
 
