@@ -95,6 +95,12 @@
 #                  directory]: results.md, results.csv, results-iops.png
 #                  (with gnuplot), raw.txt, json/, logs/
 #   NBDKIT_THREADS nbdkit --threads [nbdkit's default]
+#   ROUNDS         rounds [1]: with N > 1 every job count's systems run N
+#                  times, round after round (bare, snapfg-nosnap, ...,
+#                  then again), and the report gives the median IOPS and
+#                  the median of the per-round ratios: each ratio pairs
+#                  two measurements of the same round, minutes apart at
+#                  most, which cancels most of the machine's drift
 #   REPORT_ONLY    1: measure nothing, rebuild the report and the plot from
 #                  OUTDIR's raw.txt, persistent.txt, lock-bench.md,
 #                  startup.md and meta.sh
@@ -106,6 +112,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 RUNTIME=${RUNTIME:-10}
+ROUNDS=${ROUNDS:-1}
 NUMJOBS=${NUMJOBS:-"1 2 4 8"}
 NUMJOBS_PEERS=${NUMJOBS_PEERS:-$NUMJOBS}
 IODEPTH=${IODEPTH:-16}
@@ -375,8 +382,10 @@ replay_jobfile() {
 }
 
 # run_fio SYSTEM WORKLOAD NJ: one measurement; appends a result line
-# "WORKLOAD SYSTEM NJ IOPS MEAN_US P99_US TOTAL_IOS LOADAVG" to $results.
+# "WORKLOAD SYSTEM NJ IOPS MEAN_US P99_US TOTAL_IOS LOADAVG ROUND" to
+# $results (round = $round).
 results=$OUTDIR/raw.txt
+round=1
 run_fio() {
     local system=$1 workload=$2 nj=$3 rw bs=4k mode=timed uri json opts
     case $workload in
@@ -388,7 +397,7 @@ run_fio() {
         snapshot-randwrite) rw=randwrite uri=$uri_snapshot ;;
         *) die "unknown workload $workload" ;;
     esac
-    json=$OUTDIR/json/$workload-$system-j$nj.json
+    json=$OUTDIR/json/$workload-$system-j$nj-r$round.json
     opts=(--output-format=json --output="$json")
     case $mode in
         onepass)
@@ -411,19 +420,19 @@ run_fio() {
     sync
     local la
     la=$(cut -d' ' -f1 /proc/loadavg)
-    log "$workload on $system, $nj job(s) (loadavg $la)"
-    fio "${opts[@]}" >"$OUTDIR/json/$workload-$system-j$nj.out" 2>&1 ||
-        { cat "$OUTDIR/json/$workload-$system-j$nj.out" >&2
+    log "$workload on $system, $nj job(s), round $round (loadavg $la)"
+    fio "${opts[@]}" >"${json%.json}.out" 2>&1 ||
+        { cat "${json%.json}.out" >&2
           die "fio failed: $workload on $system with $nj job(s)"; }
     local line
     line=$(parse_json "$json") || die "cannot read $json"
-    echo "$workload $system $nj $line $la" >>"$results"
+    echo "$workload $system $nj $line $la $round" >>"$results"
 }
 
 # fill_pass SYSTEM NJ: write the whole origin once, sequentially (1 MiB), so
 # that every chunk is copied out.
 fill_pass() {
-    local out=$OUTDIR/json/fill-$1-j$2.out
+    local out=$OUTDIR/json/fill-$1-j$2-r$round.out
     sync
     log "full sequential pass over the origin ($1)"
     fio --name=fill --ioengine=nbd --uri="$uri_origin" \
@@ -460,7 +469,7 @@ else
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 log "plugin $SNAPFG_PLUGIN"
 log "work dir $work, results in $OUTDIR"
-log "systems:$run_systems; jobs $NUMJOBS (peers: $NUMJOBS_PEERS); ${RUNTIME}s per run"
+log "systems:$run_systems; jobs $NUMJOBS (peers: $NUMJOBS_PEERS); ${RUNTIME}s per run; $ROUNDS round(s)"
 log "load average before the run: $load_at_start"
 if awk -v l="${load_at_start%% *}" 'BEGIN { exit !(l > 1.0) }'; then
     log "warning: the machine is not idle: the numbers will be noisy"
@@ -471,6 +480,7 @@ log "creating a $SIZE origin"
 head -c "$size_bytes" /dev/urandom >"$origin"
 
 for nj in $NUMJOBS; do
+  for round in $(seq "$ROUNDS"); do
     for system in $run_systems; do
         [[ " $(numjobs_of "$system") " == *" $nj "* ]] || continue
         case $system in
@@ -534,6 +544,7 @@ for nj in $NUMJOBS; do
                 ;;
         esac
     done
+  done
 done
 rm -f "$cow"
 t_fio=$(date +%s)
@@ -588,7 +599,7 @@ if [ "$STARTUP" = 1 ]; then
         log "warning: startup.sh failed (see $OUTDIR/logs/startup.log)"
 fi
 t_end=$(date +%s)
-for v in RUNTIME NUMJOBS NUMJOBS_PEERS IODEPTH SIZE CHUNK_SIZE run_systems skipped \
+for v in RUNTIME ROUNDS NUMJOBS NUMJOBS_PEERS IODEPTH SIZE CHUNK_SIZE run_systems skipped \
          STARTUP_EXCEPTIONS load_at_start t_start t_fio t_end; do
     printf '%s=%q\n' "$v" "${!v}"
 done >"$OUTDIR/meta.sh"
@@ -612,13 +623,28 @@ bare_label() {
         snapshot-randread) echo "bare (randread)" ;;
     esac
 }
-# get WORKLOAD SYSTEM NJ [FIELD]: a measured value (FIELD 4 = IOPS).
+# get WORKLOAD SYSTEM NJ [FIELD]: a measured value (FIELD 4 = IOPS), the
+# median over the rounds (the lower middle one of an even count).
 get() {
     awk -v w="$1" -v s="$2" -v n="$3" -v f="${4:-4}" \
-        '$1 == w && $2 == s && $3 == n { print $f; exit }' "$results"
+        '$1 == w && $2 == s && $3 == n { print $f }' "$results" |
+        sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
 }
 ratio() {
     awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "n/a" }'
+}
+# pratio W1 S1 W2 S2 NJ: IOPS of W1 on S1 divided by IOPS of W2 on S2, both
+# with NJ jobs and measured in the same round; the median over the rounds
+# that measured both ("n/a" when none did).  Lines of a raw.txt written
+# before rounds existed count as round 1.
+pratio() {
+    awk -v w1="$1" -v s1="$2" -v w2="$3" -v s2="$4" -v n="$5" '
+        $3 != n { next }
+        { r = ($9 == "" ? 1 : $9) }
+        $1 == w1 && $2 == s1 && !(r in a) { a[r] = $4 }
+        $1 == w2 && $2 == s2 && !(r in b) { b[r] = $4 }
+        END { for (r in a) if ((r in b) && a[r] > 0 && b[r] > 0) print a[r] / b[r] }' "$results" |
+        sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.2f", v[int((NR + 1) / 2)]; else printf "n/a" }'
 }
 
 WORKLOADS="origin-randwrite origin-firstwrite origin-overwrite origin-overwrite-512 snapshot-randread snapshot-randread-cow snapshot-randwrite"
@@ -628,13 +654,15 @@ md=$OUTDIR/results.md
 fs_type=$(df -T "$work" | awk 'NR == 2 { print $2 }')
 qsd_version=$(qemu-storage-daemon --version 2>/dev/null | head -n 1 || true)
 
-echo "workload,system,numjobs,iodepth,bs,runtime_s,iops,lat_mean_us,lat_p99_us,total_ios,loadavg1,bare_workload,bare_iops,iops_vs_bare" >"$csv"
-while read -r w s n iops mean p99 ios la; do
+echo "workload,system,numjobs,iodepth,bs,runtime_s,iops,lat_mean_us,lat_p99_us,total_ios,loadavg1,bare_workload,bare_iops,iops_vs_bare,round" >"$csv"
+while read -r w s n iops mean p99 ios la rnd; do
     b=$(bare_of "$w")
-    base=$(get "$b" bare "$n")
+    rnd=${rnd:-1}
+    base=$(awk -v w="$b" -v n="$n" -v r="$rnd" \
+               '$1 == w && $2 == "bare" && $3 == n && ($9 == "" ? 1 : $9) == r { print $4; exit }' "$results")
     bs=4k
     [[ $w != *-512 ]] || bs=512
-    echo "$w,$s,$n,$IODEPTH,$bs,$RUNTIME,$iops,$mean,$p99,$ios,$la,$b,${base:-},$(ratio "$iops" "$base")" >>"$csv"
+    echo "$w,$s,$n,$IODEPTH,$bs,$RUNTIME,$iops,$mean,$p99,$ios,$la,$b,${base:-},$(ratio "$iops" "$base"),$rnd" >>"$csv"
 done <"$results"
 
 {
@@ -646,6 +674,9 @@ done <"$results"
     echo "- plugin: $SNAPFG_PLUGIN"
     echo "- origin: $SIZE file of random data (page cache), snapfg chunk-size=$CHUNK_SIZE; fleecing: its own $SIZE origin, 64 KiB copies"
     echo "- fio: --ioengine=nbd over a Unix socket, 4 KiB (512 B for -512), iodepth=$IODEPTH, numjobs = connections, ${RUNTIME}s per row (first writes: one pass, at most ${RUNTIME}s)"
+    if [ "$ROUNDS" -gt 1 ]; then
+        echo "- $ROUNDS rounds, each running every system once per job count: IOPS are medians over the rounds, every ratio the median of the ratios of the two measurements made in the same round"
+    fi
     printf '%s' "$skipped"
     echo
     echo "## IOPS by connections (ratio to bare in brackets)"
@@ -661,7 +692,7 @@ done <"$results"
                     iops=$(get "$workload" bare "$nj") r=
                 else
                     iops=$(get "$workload" "$system" "$nj")
-                    r=" ($(ratio "$iops" "$(get "$(bare_of "$workload")" bare "$nj")"))"
+                    r=" ($(pratio "$workload" "$system" "$(bare_of "$workload")" bare "$nj"))"
                 fi
                 if [ -n "$iops" ]; then
                     any=1
@@ -703,7 +734,7 @@ done <"$results"
                 [ -n "$iops" ] || continue
                 printf '| %s | %s | %s | %.0f | %.1f | %.1f | %s |\n' "$workload" "$system" "$nj" \
                     "$iops" "$(get "$workload" "$system" "$nj" 5)" "$(get "$workload" "$system" "$nj" 6)" \
-                    "$(ratio "$iops" "$base")"
+                    "$(pratio "$workload" "$system" "$b" bare "$nj")"
             done
         done
     done
@@ -723,7 +754,7 @@ ratio_list() {
     local nj r
     rl_text='' rl_vals=''
     for nj in ${5:-$NUMJOBS}; do
-        r=$(ratio "$(get "$1" "$2" "$nj")" "$(get "$3" "$4" "$nj")")
+        r=$(pratio "$1" "$2" "$3" "$4" "$nj")
         [ "$r" != n/a ] || continue
         rl_text="$rl_text${rl_text:+ · }$nj: $r"
         rl_vals="$rl_vals $nj:$r"
@@ -853,7 +884,8 @@ if has_system snapfg-persistent; then
             p=$(get origin-firstwrite snapfg-persistent "$nj")
             read -r e g s < <(awk -v n="$nj" '$1 == n && $2 == "firstwrite" { print $3, $4, $5 }' "$pstats"; echo)
             printf '| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n' "$nj" "${b:-0}" "${t:-0}" "${p:-0}" \
-                "$(ratio "$p" "$t")" "$(ratio "$p" "$b")" "${e:-?}" "${g:-?}" "${s:-?}" \
+                "$(pratio origin-firstwrite snapfg-persistent origin-firstwrite snapfg-transient "$nj")" \
+                "$(pratio origin-firstwrite snapfg-persistent origin-firstwrite bare "$nj")" "${e:-?}" "${g:-?}" "${s:-?}" \
                 "$(ratio "${e:-0}" "${g:-0}")" "$(awk -v s="${s:-0}" -v e="${e:-0}" 'BEGIN { if (e > 0) printf "%.3f", s / e; else printf "n/a" }')"
         done
         echo
