@@ -253,6 +253,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# die_if_server_exited MESSAGE: while a server starts, stop with MESSAGE
+# (after its log) if it has already exited.
+die_if_server_exited() {
+    kill -0 "$server_pid" 2>/dev/null && return 0
+    server_pid=
+    cat "$server_log" >&2
+    die "$1"
+}
+
 # start_server SYSTEM TAG [COW]: a server for SYSTEM; sets uri_origin and
 # uri_snapshot.  TAG names its log.  Without COW: a new snapshot in a new
 # COW file; with COW: that file as it is (a persistent store reopens).
@@ -291,11 +300,7 @@ start_server() {
             esac
             return 0
         fi
-        if ! kill -0 "$server_pid" 2>/dev/null; then
-            server_pid=
-            cat "$server_log" >&2
-            die "nbdkit ($system) did not start: nbdkit ${args[*]}"
-        fi
+        die_if_server_exited "nbdkit ($system) did not start: nbdkit ${args[*]}"
         sleep 0.1
     done
     die "nbdkit ($system) did not create $sock within 30 s"
@@ -312,11 +317,7 @@ start_fleecing() {
         uri_origin=$(sed -n 's/^origin .*: \(nbd+unix:.*\)$/\1/p' "$out")
         uri_snapshot=$(sed -n 's/^snapshot .*: \(nbd+unix:.*\)$/\1/p' "$out")
         [ -z "$uri_origin" ] || [ -z "$uri_snapshot" ] || return 0
-        if ! kill -0 "$server_pid" 2>/dev/null; then
-            server_pid=
-            cat "$server_log" >&2
-            die "fleecing.sh start failed"
-        fi
+        die_if_server_exited "fleecing.sh start failed"
         sleep 0.1
     done
     die "fleecing.sh did not print its URIs within 120 s"
