@@ -64,15 +64,25 @@ put_copy_buffer (void *buf)
     free (buf);
 }
 
+/* What claim_chunk found. */
+enum claim {
+  CLAIM_OWNED,                  /* state A: 'pe' is now its pending exception */
+  CLAIM_REMAPPED,               /* state D: nothing to copy */
+  CLAIM_BUSY,                   /* someone else is copying it (no wait asked) */
+};
+
 /* Under the stripe lock, wait until the chunk is either remapped with no
- * copy in progress (state D: return 1), or not remapped at all (state A:
- * register 'pe' as its pending exception and return 0).  Never holds the
- * lock across the allocation done when the stripe must grow.
+ * copy in progress (state D: CLAIM_REMAPPED), or not remapped at all
+ * (state A: register 'pe' as its pending exception, CLAIM_OWNED).  With
+ * wait false, return CLAIM_BUSY instead of waiting for another copy-out
+ * (the caller holds claims of its own and must not sleep on someone
+ * else's).  Never holds the lock across the allocation done when the
+ * stripe must grow.
  */
 static int
 claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
              struct pending_exception *pe, uint64_t chunk,
-             uint64_t *new_chunk)
+             uint64_t *new_chunk, bool wait)
 {
   int r;
 
@@ -88,9 +98,13 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
     pending = exception_stripe_is_pending (stripe, chunk);
     if (completed && !pending) {                      /* D */
       exception_stripe_unlock (stripe);
-      return 1;
+      return CLAIM_REMAPPED;
     }
     if (pending) {                                    /* B or C */
+      if (!wait) {
+        exception_stripe_unlock (stripe);
+        return CLAIM_BUSY;
+      }
       if (snapfg_debug_lock)
         snapfg_debug ("snapshot %s: chunk %" PRIu64 " is being copied, "
                       "waiting", s->name, chunk);
@@ -108,7 +122,7 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
     exception_stripe_lock (stripe);
   }
   exception_stripe_unlock (stripe);
-  return 0;
+  return CLAIM_OWNED;
 }
 
 /* Give up a claimed chunk (B → A) after a failure; waiters re-check. */
@@ -120,25 +134,28 @@ abandon_chunk (struct exception_stripe *stripe, struct pending_exception *pe)
   exception_stripe_unlock (stripe);
 }
 
-/* Read the origin's copy of a chunk into buf (chunk_size bytes; the part
- * past the end of the origin is zero).
+/* Read the origin's copy of n consecutive chunks from 'chunk' into buf
+ * (n * chunk_size bytes; the part past the end of the origin is zero).
  */
 static int
-read_origin_chunk (struct snapfg_snapshot *s, uint64_t chunk, void *buf)
+read_origin_chunks (struct snapfg_snapshot *s, uint64_t chunk, uint64_t n,
+                    void *buf)
 {
   struct snapfg_engine *e = s->engine;
   uint64_t start = chunk << s->chunk_shift;
-  uint64_t len = s->chunk_size;
+  uint64_t len = n << s->chunk_shift;
+  uint64_t want = len;
   int r;
 
   if (start + len > e->size) {
     len = e->size - start;
-    memset ((char *) buf + len, 0, s->chunk_size - len);
+    memset ((char *) buf + len, 0, want - len);
   }
   r = device_pread (&e->origin, buf, len, start);
   if (r < 0)
-    snapfg_error ("origin=%s: read of chunk %" PRIu64 " for a copy-out "
-                  "failed: %s", e->origin.path, chunk, strerror (-r));
+    snapfg_error ("origin=%s: read of chunk%s %" PRIu64 "%s for a copy-out "
+                  "failed: %s", e->origin.path, n > 1 ? "s" : "", chunk,
+                  n > 1 ? "..." : "", strerror (-r));
   return r;
 }
 
@@ -193,7 +210,7 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
   buf = get_copy_buffer (s->chunk_size);
   if (buf == NULL)
     return -ENOMEM;
-  r = read_origin_chunk (s, chunk, buf);
+  r = read_origin_chunks (s, chunk, 1, buf);
   if (r == 0) {
     if (data == SNAPFG_ZERO_DATA)
       memset ((char *) buf + offset_in_chunk, 0, count);
@@ -216,21 +233,24 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
   struct snapfg_store *st = s->store;
   struct exception_stripe *stripe = exception_table_stripe (&s->table, chunk);
   struct pending_exception pe;
+  struct store_pair pair;
   bool cow_failed;
-  uint64_t nc;
+  uint64_t nc, got;
   int r;
 
-  r = claim_chunk (s, stripe, &pe, chunk, new_chunk);
-  if (r != 0)
+  r = claim_chunk (s, stripe, &pe, chunk, new_chunk, true);
+  if (r != CLAIM_OWNED)
     return r;                   /* remapped already (1), or an error */
 
   /* We own the chunk: every writer to it, origin or snapshot, waits for
    * us.  Snapshot reads still go to the origin (its data is unchanged)
    * and are tracked.
    */
-  r = st->ops->alloc_chunk (st, &nc);
+  r = st->ops->alloc_run (st, 1, &nc, &got);
   if (r < 0)
     goto abandon;               /* -ENOSPC: the caller decides what it means */
+  pair.old_chunk = chunk;
+  pair.new_chunk = nc;
 
   r = write_chunk_copy (s, chunk, nc, data, count, offset_in_chunk,
                         &cow_failed);
@@ -241,7 +261,7 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
   if (r < 0)
     goto abandon;
   engine_fault_point (e, FAULT_AFTER_COW_DATA);
-  r = st->ops->commit (st, chunk, nc);
+  r = st->ops->commit (st, &pair, 1);
   if (r < 0) {
     snapshot_invalidate (s, "committing an exception failed", -r);
     r = -EIO;
@@ -274,4 +294,232 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
  abandon:
   abandon_chunk (stripe, &pe);
   return r;
+}
+
+/* --- Copying out the chunks of one origin request together ---
+ *
+ * An origin write of 1 MiB over 4 KiB chunks needs up to 256 copy-outs.
+ * Done one by one, each waits for its own commit (two sync rounds of a
+ * persistent store), so the write waits for 512 syncs in a row.  Done as
+ * a batch, the chunks are claimed together (A → B each), consecutive
+ * chunks are copied with one origin read and one COW write into a run of
+ * consecutive COW chunks, and all of them are committed with one call:
+ * one wait for the group commit.  The order of DESIGN.md section 5 holds
+ * for the batch as a whole: every chunk's data is written before the
+ * commit, and the commit returns only when data and metadata are
+ * durable; the origin is changed after that.
+ */
+
+/* The most chunks and bytes copied out together (the pending exceptions
+ * live on the caller's stack).  A request over more is done in several
+ * batches.
+ */
+#define COPY_BATCH_CHUNKS 256
+#define COPY_BATCH_BYTES (1024 * 1024)
+
+struct copy_batch {
+  size_t n;
+  struct exception_stripe *stripe[COPY_BATCH_CHUNKS];
+  struct pending_exception pe[COPY_BATCH_CHUNKS];
+  struct store_pair pair[COPY_BATCH_CHUNKS];
+};
+
+/* Copy n consecutive origin chunks from 'chunk' into the COW chunks from
+ * nc: one read and one write.  *cow_failed as for write_chunk_copy.
+ */
+static int
+copy_chunk_run (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
+                uint64_t n, bool *cow_failed)
+{
+  struct snapfg_engine *e = s->engine;
+  struct snapfg_store *st = s->store;
+  uint64_t len = n << s->chunk_shift;
+  uint64_t where = store_chunk_offset (st, nc);
+  void *buf;
+  int r;
+
+  *cow_failed = false;
+  if (len > CACHED_COPY_BUFFER_MAX &&
+      !atomic_load_explicit (&e->copy_by_hand, memory_order_relaxed) &&
+      ((chunk + n) << s->chunk_shift) <= e->size) {
+    /* A large run: one system call, no copy through user space (see
+     * write_chunk_copy).
+     */
+    engine_test_delay (e);
+    r = device_copy (&e->origin, chunk << s->chunk_shift, &st->dev, where,
+                     len);
+    if (r != -EOPNOTSUPP) {
+      *cow_failed = r < 0;
+      return r;
+    }
+    atomic_store (&e->copy_by_hand, true);
+  }
+
+  buf = get_copy_buffer (len);
+  if (buf == NULL)
+    return -ENOMEM;
+  r = read_origin_chunks (s, chunk, n, buf);
+  if (r == 0) {
+    engine_test_delay (e);      /* widen the B window in tests */
+    r = device_pwrite (&st->dev, buf, len, where);
+    *cow_failed = r < 0;
+  }
+  put_copy_buffer (buf);
+  return r;
+}
+
+/* Give every claim of the batch up (B → A) after a failure. */
+static void
+abandon_batch (struct copy_batch *b)
+{
+  for (size_t i = 0; i < b->n; ++i)
+    abandon_chunk (b->stripe[i], &b->pe[i]);
+  b->n = 0;
+}
+
+/* Copy out and commit every chunk claimed in the batch, then publish and
+ * retire them (B → C → D).  On failure every claim is given up.  Returns
+ * 0, -ENOSPC (store full), -EIO (the snapshot became Invalid), or the
+ * origin's read error.
+ */
+static int
+copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
+{
+  struct snapfg_engine *e = s->engine;
+  struct snapfg_store *st = s->store;
+  bool cow_failed = false;
+  size_t i, j;
+  int r = 0;
+
+  /* COW chunks, in runs as long as the store's allocation allows. */
+  for (i = 0; i < b->n; ) {
+    uint64_t first, got;
+
+    r = st->ops->alloc_run (st, b->n - i, &first, &got);
+    if (r < 0)
+      goto abandon;             /* -ENOSPC: the caller decides what it means */
+    for (j = 0; j < got; ++j)
+      b->pair[i + j].new_chunk = first + j;
+    i += got;
+  }
+
+  /* The data: one read and one write per run of chunks consecutive both
+   * in the origin and in the COW store.
+   */
+  for (i = 0; i < b->n; i = j) {
+    for (j = i + 1; j < b->n; ++j)
+      if (b->pair[j].old_chunk != b->pair[j - 1].old_chunk + 1 ||
+          b->pair[j].new_chunk != b->pair[j - 1].new_chunk + 1)
+        break;
+    r = copy_chunk_run (s, b->pair[i].old_chunk, b->pair[i].new_chunk,
+                        j - i, &cow_failed);
+    if (r < 0)
+      break;
+    engine_fault_point (e, FAULT_AFTER_COW_RUN);
+  }
+  if (r < 0 && cow_failed) {
+    snapshot_invalidate (s, "write to the COW store failed", -r);
+    r = -EIO;
+  }
+  if (r < 0)
+    goto abandon;
+  engine_fault_point (e, FAULT_AFTER_COW_DATA);
+
+  /* One commit (one wait for the group commit) for the whole batch. */
+  r = st->ops->commit (st, b->pair, b->n);
+  if (r < 0) {
+    snapshot_invalidate (s, "committing an exception failed", -r);
+    r = -EIO;
+    goto abandon;
+  }
+  engine_fault_point (e, FAULT_AFTER_METADATA);
+
+  /* B → C for all, so that new snapshot reads go to the COW store, then
+   * drain the snapshot reads sent to the origin earlier and retire each
+   * (C → D).  One stripe lock at a time.
+   */
+  for (i = 0; i < b->n; ++i) {
+    exception_stripe_lock (b->stripe[i]);
+    exception_stripe_publish (b->stripe[i], &b->pe[i], b->pair[i].new_chunk);
+    exception_stripe_unlock (b->stripe[i]);
+  }
+  for (i = 0; i < b->n; ++i) {
+    exception_stripe_lock (b->stripe[i]);
+    while (exception_stripe_has_tracked_reads (b->stripe[i],
+                                               b->pair[i].old_chunk)) {
+      if (snapfg_debug_lock)
+        snapfg_debug ("snapshot %s: chunk %" PRIu64 " copied, draining "
+                      "snapshot reads from the origin", s->name,
+                      b->pair[i].old_chunk);
+      exception_stripe_wait (b->stripe[i]);
+    }
+    exception_stripe_retire (b->stripe[i], &b->pe[i]);
+    exception_stripe_unlock (b->stripe[i]);
+  }
+
+  if (snapfg_debug_cow)
+    snapfg_debug ("snapshot %s: %zu chunk%s from %" PRIu64 " -> COW chunks "
+                  "from %" PRIu64 " (one batch)", s->name, b->n,
+                  b->n > 1 ? "s" : "", b->pair[0].old_chunk,
+                  b->pair[0].new_chunk);
+  stats_add (&s->stats, STAT_COPY_OUTS, b->n);
+  stats_add (&s->stats, STAT_BYTES_COPIED, (uint64_t) b->n * s->chunk_size);
+  b->n = 0;
+  return 0;
+
+ abandon:
+  abandon_batch (b);
+  return r;
+}
+
+int
+snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
+                         uint64_t last)
+{
+  struct copy_batch b;
+  size_t max = COPY_BATCH_BYTES >> s->chunk_shift;
+  uint64_t chunk = first;
+  int r = 0;
+
+  if (max > COPY_BATCH_CHUNKS)
+    max = COPY_BATCH_CHUNKS;
+  if (max == 0)
+    max = 1;
+  b.n = 0;
+  while (chunk <= last) {
+    struct exception_stripe *stripe =
+      exception_table_stripe (&s->table, chunk);
+    uint64_t nc;
+
+    /* Claim without waiting while the batch holds claims: waiting for
+     * someone else's copy-out while holding ours could deadlock with a
+     * request that claims in another order.  A busy chunk ends the
+     * batch; it is waited for once the batch is done.
+     */
+    r = claim_chunk (s, stripe, &b.pe[b.n], chunk, &nc, b.n == 0);
+    if (r < 0)
+      break;
+    if (r == CLAIM_BUSY) {
+      r = copy_out_batch (s, &b);
+      if (r < 0)
+        return r;
+      continue;                 /* claim this chunk again, waiting */
+    }
+    if (r == CLAIM_OWNED) {
+      b.stripe[b.n] = stripe;
+      b.pair[b.n].old_chunk = chunk;
+      b.n++;
+      if (b.n == max) {
+        r = copy_out_batch (s, &b);
+        if (r < 0)
+          return r;
+      }
+    }
+    chunk++;
+  }
+  if (r < 0) {
+    abandon_batch (&b);
+    return r;
+  }
+  return b.n ? copy_out_batch (s, &b) : 0;
 }

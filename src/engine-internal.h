@@ -26,6 +26,7 @@
 enum fault_point {
   FAULT_NONE,
   FAULT_AFTER_COW_DATA,
+  FAULT_AFTER_COW_RUN,         /* one run of a batch written, not committed */
   FAULT_AFTER_METADATA,
   FAULT_BEFORE_ORIGIN_WRITE,
   FAULT_MERGE_BATCH,           /* a merge batch copied, not yet forgotten */
@@ -138,5 +139,15 @@ extern void engine_test_delay (const struct snapfg_engine *e);
 extern int snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
                               const void *data, uint32_t count,
                               uint32_t offset_in_chunk, uint64_t *new_chunk);
+
+/* Copy out every chunk from 'first' to 'last' (inclusive) that snapshot s
+ * does not hold yet, before an origin change: together, in batches (one
+ * commit per batch, consecutive chunks in one read and one write).
+ * Returns 0 once every chunk is remapped, -ENOSPC if the store is full,
+ * -EIO if the snapshot is (or became) Invalid, or the origin's read
+ * error.
+ */
+extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
+                                    uint64_t first, uint64_t last);
 
 #endif

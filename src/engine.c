@@ -36,16 +36,19 @@ snapfg_check_block_size (int64_t block_size)
 }
 
 /* Test hook: SNAPFG_TEST_CRASH_AT=WHERE[:N] kills the process at the Nth
- * (default first) time it reaches WHERE: "cow-data" (a copy-out's data is
- * written, its exception not yet committed), "metadata" (the exception is
- * committed), "origin-write" (just before any origin write), "merge" (a
- * merge batch is copied into the origin but still in the COW table).
+ * (default first) time it reaches WHERE: "cow-data" (a copy-out's data,
+ * or all of a batch's, is written, not yet committed), "cow-run" (one run
+ * of consecutive chunks of a batch is written; the batch's other runs may
+ * not be), "metadata" (the exception, or the whole batch, is committed),
+ * "origin-write" (just before any origin write), "merge" (a merge batch
+ * is copied into the origin but still in the COW table).
  */
 static void
 parse_fault_point (struct snapfg_engine *e, const char *spec)
 {
   static const struct { const char *name; enum fault_point where; } points[] = {
     { "cow-data", FAULT_AFTER_COW_DATA },
+    { "cow-run", FAULT_AFTER_COW_RUN },
     { "metadata", FAULT_AFTER_METADATA },
     { "origin-write", FAULT_BEFORE_ORIGIN_WRITE },
     { "merge", FAULT_MERGE_BATCH },

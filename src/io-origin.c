@@ -80,23 +80,21 @@ prepare_origin_change (struct snapfg_engine *e, uint32_t count,
     uint64_t first = offset >> s->chunk_shift;
     uint64_t last = (offset + count - 1) >> s->chunk_shift;
 
-    for (uint64_t chunk = first; chunk <= last; ++chunk) {
-      uint64_t new_chunk;
-      int r;
+    int r;
 
-      if (!snapshot_is_valid (s))
-        break;
-      r = snapshot_copy_out (s, chunk, NULL, 0, 0, &new_chunk);
-      if (r >= 0)
-        continue;
-      if (r == -ENOSPC) {
-        snapshot_invalidate (s, "the COW store is full", 0);
-        break;
-      }
-      if (!snapshot_is_valid (s))
-        break;                  /* a COW error: the snapshot is gone */
-      return r;                 /* origin read error, ENOMEM */
+    if (!snapshot_is_valid (s))
+      continue;
+    /* All the request's chunks together: one commit for all of them. */
+    r = snapshot_copy_out_range (s, first, last);
+    if (r >= 0)
+      continue;
+    if (r == -ENOSPC) {
+      snapshot_invalidate (s, "the COW store is full", 0);
+      continue;
     }
+    if (!snapshot_is_valid (s))
+      continue;                 /* a COW error: the snapshot is gone */
+    return r;                   /* origin read error, ENOMEM */
   }
   return 0;
 }

@@ -60,7 +60,8 @@ struct persistent_store {
 
   /* Statistics, for the benchmark and debug output. */
   atomic_uint_least64_t syncs;
-  atomic_uint_least64_t commits;
+  atomic_uint_least64_t commits;       /* exceptions committed */
+  atomic_uint_least64_t commit_calls;  /* batches of them (one wait each) */
   atomic_uint_least64_t groups;
 
   bool invalidated;             /* header valid=0 written (under lock) */
@@ -116,25 +117,39 @@ zero_area (struct persistent_store *ps, uint64_t area)
 }
 
 static int
-persistent_alloc_chunk (struct snapfg_store *st, uint64_t *new_chunk)
+persistent_alloc_run (struct snapfg_store *st, uint64_t want,
+                      uint64_t *first, uint64_t *got)
 {
   struct persistent_store *ps = ps_of (st);
+  const uint64_t ppa = ps->pairs_per_area;
   uint64_t chunk = atomic_load (&st->next_chunk);
-  uint64_t next;
+  uint64_t n, next;
 
-  /* A bump pointer that hops over metadata areas, without a lock.  The
-   * last data chunk of a region is only handed out if the next area fits
-   * in the store too: handing it out lets the region's area fill up, and
-   * a full area must be followed by a zeroed one (the table's end).
+  /* A bump pointer that hops over metadata areas, without a lock.  A run
+   * ends before the next metadata area (it is one write in the COW
+   * device).  The last data chunk of a region is only handed out if the
+   * next area fits in the store too: handing it out lets the region's
+   * area fill up, and a full area must be followed by a zeroed one (the
+   * table's end).
    */
   do {
-    if (chunk >= st->max_chunks ||
-        (dm_is_metadata_chunk (chunk + 1, ps->pairs_per_area) &&
-         chunk + 1 >= st->max_chunks))
+    /* chunk is a data chunk of the region after area (chunk - 1) / (ppa + 1);
+     * the next area starts at area_next.
+     */
+    uint64_t area_next = 1 + ((chunk - 1) / (ppa + 1) + 1) * (ppa + 1);
+    uint64_t end;               /* the run ends before this chunk */
+
+    if (area_next < st->max_chunks)
+      end = area_next;
+    else                        /* keep the region's last chunk back */
+      end = area_next - 1 < st->max_chunks ? area_next - 1 : st->max_chunks;
+    if (chunk >= end)
       return -ENOSPC;
-    next = dm_skip_metadata (chunk + 1, ps->pairs_per_area);
+    n = end - chunk < want ? end - chunk : want;
+    next = dm_skip_metadata (chunk + n, ppa);
   } while (!atomic_compare_exchange_weak (&st->next_chunk, &chunk, next));
-  *new_chunk = chunk;
+  *first = chunk;
+  *got = n;
   return 0;
 }
 
@@ -207,21 +222,25 @@ write_pairs (struct persistent_store *ps, const struct store_pair *pairs, size_t
   return 0;
 }
 
+/* Queue n pairs for the next batch, all or none. */
 static int
-queue_pair (struct persistent_store *ps, uint64_t old_chunk,
-            uint64_t new_chunk)
+queue_pairs (struct persistent_store *ps, const struct store_pair *pairs,
+             size_t n)
 {
-  if (ps->nqueue == ps->queue_cap) {
-    size_t cap = ps->queue_cap ? ps->queue_cap * 2 : 64;
-    struct store_pair *q = realloc (ps->queue, cap * sizeof *q);
+  if (ps->nqueue + n > ps->queue_cap) {
+    size_t cap = ps->queue_cap ? ps->queue_cap : 64;
+    struct store_pair *q;
+
+    while (cap < ps->nqueue + n)
+      cap *= 2;
+    q = realloc (ps->queue, cap * sizeof *q);
     if (q == NULL)
       return -ENOMEM;
     ps->queue = q;
     ps->queue_cap = cap;
   }
-  ps->queue[ps->nqueue].old_chunk = old_chunk;
-  ps->queue[ps->nqueue].new_chunk = new_chunk;
-  ps->nqueue++;
+  memcpy (&ps->queue[ps->nqueue], pairs, n * sizeof *pairs);
+  ps->nqueue += n;
   return 0;
 }
 
@@ -270,25 +289,28 @@ lead_commits (struct persistent_store *ps, uint64_t mine)
 }
 
 static int
-persistent_commit (struct snapfg_store *st, uint64_t old_chunk,
-                   uint64_t new_chunk)
+persistent_commit (struct snapfg_store *st, const struct store_pair *pairs,
+                   size_t n)
 {
   struct persistent_store *ps = ps_of (st);
   uint64_t mine;
-  int r;
+  int r = 0;
 
+  if (n == 0)
+    return 0;
   pthread_mutex_lock (&ps->lock);
   if (ps->failed) {
     r = ps->failed;
     pthread_mutex_unlock (&ps->lock);
     return r;
   }
-  r = queue_pair (ps, old_chunk, new_chunk);
+  r = queue_pairs (ps, pairs, n);
   if (r < 0) {
     pthread_mutex_unlock (&ps->lock);
     return r;
   }
-  mine = ++ps->queued;
+  ps->queued += n;
+  mine = ps->queued;
 
   while (ps->durable < mine && ps->failed == 0) {
     if (ps->leader_active) {
@@ -301,8 +323,10 @@ persistent_commit (struct snapfg_store *st, uint64_t old_chunk,
     pthread_cond_broadcast (&ps->committed);
   }
   r = ps->durable >= mine ? 0 : ps->failed;
-  if (r == 0)
-    atomic_fetch_add (&ps->commits, 1);
+  if (r == 0) {
+    atomic_fetch_add (&ps->commits, n);
+    atomic_fetch_add (&ps->commit_calls, 1);
+  }
   pthread_mutex_unlock (&ps->lock);
   return r;
 }
@@ -508,7 +532,7 @@ persistent_merge_forget (struct snapfg_store *st, size_t n)
 static const struct snapfg_store_ops persistent_ops = {
   .name = "persistent",
   .load = persistent_load,
-  .alloc_chunk = persistent_alloc_chunk,
+  .alloc_run = persistent_alloc_run,
   .commit = persistent_commit,
   .flush = persistent_flush,
   .invalidate = persistent_invalidate,

@@ -19,14 +19,15 @@
 #include "snapfg-log.h"
 
 static int
-transient_alloc_chunk (struct snapfg_store *st, uint64_t *new_chunk)
+transient_alloc_run (struct snapfg_store *st, uint64_t want, uint64_t *first,
+                     uint64_t *got)
 {
-  return store_bump_alloc (st, new_chunk);
+  return store_bump_alloc (st, want, first, got);
 }
 
 static int
-transient_commit (struct snapfg_store *st, uint64_t old_chunk,
-                  uint64_t new_chunk)
+transient_commit (struct snapfg_store *st, const struct store_pair *pairs,
+                  size_t n)
 {
   /* Nothing to record: the table is in memory and dies with us. */
   return 0;
@@ -93,7 +94,7 @@ transient_close (struct snapfg_store *st, bool clean)
 static const struct snapfg_store_ops transient_ops = {
   .name = "transient",
   .load = NULL,
-  .alloc_chunk = transient_alloc_chunk,
+  .alloc_run = transient_alloc_run,
   .commit = transient_commit,
   .flush = transient_flush,
   .invalidate = transient_invalidate,

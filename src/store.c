@@ -26,17 +26,22 @@ store_open (const struct snapfg_store_params *params,
 }
 
 int
-store_bump_alloc (struct snapfg_store *st, uint64_t *new_chunk)
+store_bump_alloc (struct snapfg_store *st, uint64_t want, uint64_t *first,
+                  uint64_t *got)
 {
   /* An atomic bump pointer: concurrent copy-outs never serialise on a
-   * lock to get their chunk.  Overshooting max_chunks is harmless: the
-   * pointer only grows, and every later caller sees ENOSPC too.
+   * lock to get their chunks, and a run taken by one fetch-and-add is
+   * contiguous.  Overshooting max_chunks is harmless: the pointer only
+   * grows, and every later caller sees ENOSPC too.
    */
-  uint64_t chunk = atomic_fetch_add (&st->next_chunk, 1);
+  uint64_t chunk = atomic_fetch_add (&st->next_chunk, want);
 
   if (chunk >= st->max_chunks)
     return -ENOSPC;
-  *new_chunk = chunk;
+  if (want > st->max_chunks - chunk)
+    want = st->max_chunks - chunk;
+  *first = chunk;
+  *got = want;
   return 0;
 }
 

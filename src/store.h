@@ -37,14 +37,22 @@ struct snapfg_store_ops {
   /* Pass every exception the store holds to fn (NULL: none can exist). */
   int (*load) (struct snapfg_store *st, store_exception_fn fn, void *opaque);
 
-  /* Take a free chunk.  -ENOSPC when the store is full. */
-  int (*alloc_chunk) (struct snapfg_store *st, uint64_t *new_chunk);
-
-  /* Make the exception old_chunk → new_chunk durable: on return, after a
-   * crash the store reopens with it.  Its data is already written.
+  /* Take up to 'want' (at least 1) free chunks that follow each other in
+   * the COW device: *first, *first + 1, ..., *first + *got - 1.  Fewer
+   * than asked when a metadata area or the end of the store is in the
+   * way.  -ENOSPC when the store is full.  A copy-out of consecutive
+   * origin chunks then writes their copies with one write.
    */
-  int (*commit) (struct snapfg_store *st, uint64_t old_chunk,
-                 uint64_t new_chunk);
+  int (*alloc_run) (struct snapfg_store *st, uint64_t want,
+                    uint64_t *first, uint64_t *got);
+
+  /* Make the n exceptions in pairs durable together: on return, after a
+   * crash the store reopens with all of them.  Their data is already
+   * written.  One call per batch of copy-outs (one wait for the group
+   * commit), not one per exception.
+   */
+  int (*commit) (struct snapfg_store *st, const struct store_pair *pairs,
+                 size_t n);
 
   /* Make every completed write to the store durable. */
   int (*flush) (struct snapfg_store *st);
@@ -109,8 +117,9 @@ store_chunk_offset (const struct snapfg_store *st, uint64_t new_chunk)
   return new_chunk << st->chunk_shift;
 }
 
-/* Shared by stores: take the next chunk from the bump pointer. */
-extern int store_bump_alloc (struct snapfg_store *st, uint64_t *new_chunk);
+/* Shared by stores: take up to want chunks from the bump pointer. */
+extern int store_bump_alloc (struct snapfg_store *st, uint64_t want,
+                             uint64_t *first, uint64_t *got);
 
 /* Shared by stores: open or create the COW device named by params,
  * refusing the origin itself.  On error, says why and returns -errno.
