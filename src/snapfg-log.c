@@ -9,6 +9,7 @@
 
 int snapfg_debug_lock = 0;
 int snapfg_debug_cow = 0;
+int snapfg_debug_commit = 0;
 
 static void
 stderr_error (const char *fmt, va_list args)

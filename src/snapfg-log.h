@@ -24,10 +24,12 @@ extern void snapfg_error (const char *fmt, ...)
 extern void snapfg_debug (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 
-/* Debug flags, settable with nbdkit -D snapfg.lock=1 / -D snapfg.cow=1.
+/* Debug flags, settable with nbdkit -D snapfg.lock=1 / -D snapfg.cow=1 /
+ * -D snapfg.commit=1.
  * The names are part of the plugin's interface: nbdkit finds them by symbol.
  */
 extern int snapfg_debug_lock;   /* per-CPU lock writer waits, stripe waits */
 extern int snapfg_debug_cow;    /* copy-outs, exception publication */
+extern int snapfg_debug_commit; /* group commit: batch sizes, sync latency */
 
 #endif

@@ -29,10 +29,35 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <time.h>
 
 #include "store.h"
 #include "dm-format.h"
 #include "snapfg-log.h"
+
+/* A commit call asleep until its pairs are durable, or until it is its
+ * turn to lead.  Each has its own condition variable, so that a round
+ * wakes only the commits it made durable (plus, when the leader stops,
+ * the oldest waiter to take over): with 16-128 commits waiting, one
+ * broadcast per round would wake them all to find most not done yet.
+ */
+struct commit_waiter {
+  struct commit_waiter *next;
+  uint64_t ticket;              /* durable once ps->durable >= ticket */
+  bool queued;
+  pthread_cond_t wake;
+};
+
+/* What -D snapfg.commit=1 reports, once a second under load and at close:
+ * over the interval, commit calls and their wait, rounds (groups), their
+ * sizes, and the syncs' latency.
+ */
+struct commit_debug {
+  uint64_t since_ns;            /* start of the interval */
+  uint64_t calls, exceptions, wait_ns, wait_max_ns;
+  uint64_t groups, group_max;
+  uint64_t syncs, sync_ns, sync_max_ns;
+};
 
 struct persistent_store {
   struct snapfg_store base;     /* first: the engine sees only this */
@@ -40,7 +65,8 @@ struct persistent_store {
 
   /* Group commit.  'lock' protects everything below down to 'failed'. */
   pthread_mutex_t lock;
-  pthread_cond_t committed;
+  struct commit_waiter *waiters;      /* sleeping commits, oldest first */
+  struct commit_waiter **waiters_tail;
   bool leader_active;           /* someone is writing a batch */
   struct store_pair *queue;           /* pairs waiting for the next batch */
   size_t nqueue, queue_cap;
@@ -59,6 +85,8 @@ struct persistent_store {
   atomic_uint_least64_t metadata_areas; /* for usage: current_area + 1 */
 
   /* Statistics, for the benchmark and debug output. */
+  pthread_mutex_t debug_lock;
+  struct commit_debug debug;    /* -D snapfg.commit=1 (under debug_lock) */
   atomic_uint_least64_t syncs;
   atomic_uint_least64_t commits;       /* exceptions committed */
   atomic_uint_least64_t commit_calls;  /* batches of them (one wait each) */
@@ -75,11 +103,135 @@ ps_of (struct snapfg_store *st)
   return (struct persistent_store *) st;
 }
 
+static uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static int
 ps_sync (struct persistent_store *ps)
 {
+  uint64_t start = snapfg_debug_commit ? now_ns () : 0;
+  int r;
+
   atomic_fetch_add (&ps->syncs, 1);
-  return device_flush (&ps->base.dev);
+  r = device_flush (&ps->base.dev);
+  if (snapfg_debug_commit) {
+    uint64_t ns = now_ns () - start;
+
+    pthread_mutex_lock (&ps->debug_lock);
+    ps->debug.syncs++;
+    ps->debug.sync_ns += ns;
+    if (ns > ps->debug.sync_max_ns)
+      ps->debug.sync_max_ns = ns;
+    pthread_mutex_unlock (&ps->debug_lock);
+  }
+  return r;
+}
+
+/* -D snapfg.commit=1: say what the interval's commits did, and start a
+ * new interval.  Called with debug_lock held.
+ */
+static void
+report_commits (struct persistent_store *ps, uint64_t now, const char *when)
+{
+  struct commit_debug *d = &ps->debug;
+  double secs = (now - d->since_ns) / 1e9;
+
+  if (d->calls || d->syncs)
+    snapfg_debug ("cow=%s: commit: %s %.2f s: %" PRIu64 " exceptions in %"
+                  PRIu64 " commit calls (wait mean %.0f us, max %.0f us); %"
+                  PRIu64 " groups (exceptions per group mean %.1f, max %"
+                  PRIu64 "); %" PRIu64 " syncs (mean %.0f us, max %.0f us); "
+                  "%.3f syncs per exception",
+                  ps->base.dev.path, when, secs, d->exceptions, d->calls,
+                  d->calls ? d->wait_ns / 1e3 / d->calls : 0.0,
+                  d->wait_max_ns / 1e3, d->groups,
+                  d->groups ? (double) d->exceptions / d->groups : 0.0,
+                  d->group_max, d->syncs,
+                  d->syncs ? d->sync_ns / 1e3 / d->syncs : 0.0,
+                  d->sync_max_ns / 1e3,
+                  d->exceptions ? (double) d->syncs / d->exceptions : 0.0);
+  memset (d, 0, sizeof *d);
+  d->since_ns = now;
+}
+
+/* -D snapfg.commit=1: account one commit call of n exceptions that
+ * waited wait_ns.
+ */
+static void
+debug_commit_call (struct persistent_store *ps, size_t n, uint64_t wait_ns)
+{
+  uint64_t now = now_ns ();
+
+  pthread_mutex_lock (&ps->debug_lock);
+  ps->debug.calls++;
+  ps->debug.exceptions += n;
+  ps->debug.wait_ns += wait_ns;
+  if (wait_ns > ps->debug.wait_max_ns)
+    ps->debug.wait_max_ns = wait_ns;
+  if (ps->debug.since_ns == 0)
+    ps->debug.since_ns = now - wait_ns;
+  else if (now - ps->debug.since_ns >= 1000000000)
+    report_commits (ps, now, "last");
+  pthread_mutex_unlock (&ps->debug_lock);
+}
+
+static void
+debug_group (struct persistent_store *ps, size_t n)
+{
+  pthread_mutex_lock (&ps->debug_lock);
+  ps->debug.groups++;
+  if (n > ps->debug.group_max)
+    ps->debug.group_max = n;
+  pthread_mutex_unlock (&ps->debug_lock);
+}
+
+/* Under ps->lock: wake every waiter whose pairs are durable (all of
+ * them if the store failed).  Tickets grow in queue order, so they are
+ * at the front.
+ */
+static void
+wake_durable (struct persistent_store *ps)
+{
+  struct commit_waiter *w;
+
+  while ((w = ps->waiters) != NULL &&
+         (w->ticket <= ps->durable || ps->failed)) {
+    ps->waiters = w->next;
+    if (ps->waiters == NULL)
+      ps->waiters_tail = &ps->waiters;
+    w->queued = false;
+    pthread_cond_signal (&w->wake);
+  }
+}
+
+static void
+enqueue_waiter (struct persistent_store *ps, struct commit_waiter *w)
+{
+  w->next = NULL;
+  w->queued = true;
+  *ps->waiters_tail = w;
+  ps->waiters_tail = &w->next;
+}
+
+static void
+dequeue_waiter (struct persistent_store *ps, struct commit_waiter *w)
+{
+  struct commit_waiter **pp;
+
+  if (!w->queued)
+    return;
+  for (pp = &ps->waiters; *pp != w; pp = &(*pp)->next)
+    ;
+  *pp = w->next;
+  if (ps->waiters_tail == &w->next)
+    ps->waiters_tail = pp;
+  w->queued = false;
 }
 
 static int
@@ -271,18 +423,23 @@ lead_commits (struct persistent_store *ps, uint64_t mine)
     if (r == 0) {
       pthread_mutex_lock (&ps->lock);
       ps->durable = written_upto;       /* areas written last round */
-      pthread_cond_broadcast (&ps->committed);
+      wake_durable (ps);
       pthread_mutex_unlock (&ps->lock);
       r = write_pairs (ps, batch, n);   /* data of this batch is durable */
-      if (r == 0 && n > 0)
+      if (r == 0 && n > 0) {
         atomic_fetch_add (&ps->groups, 1);
+        if (snapfg_debug_commit)
+          debug_group (ps, n);
+      }
     }
 
     pthread_mutex_lock (&ps->lock);
     ps->batch = batch;
     ps->batch_cap = cap;
-    if (r < 0)
+    if (r < 0) {
       ps->failed = r;
+      wake_durable (ps);
+    }
     else
       ps->written = queued_upto;
   }
@@ -293,6 +450,8 @@ persistent_commit (struct snapfg_store *st, const struct store_pair *pairs,
                    size_t n)
 {
   struct persistent_store *ps = ps_of (st);
+  uint64_t start = snapfg_debug_commit ? now_ns () : 0;
+  struct commit_waiter w;
   uint64_t mine;
   int r = 0;
 
@@ -312,22 +471,34 @@ persistent_commit (struct snapfg_store *st, const struct store_pair *pairs,
   ps->queued += n;
   mine = ps->queued;
 
+  w.ticket = mine;
+  w.queued = false;
+  pthread_cond_init (&w.wake, NULL);
   while (ps->durable < mine && ps->failed == 0) {
     if (ps->leader_active) {
-      pthread_cond_wait (&ps->committed, &ps->lock);
+      if (!w.queued)
+        enqueue_waiter (ps, &w);
+      pthread_cond_wait (&w.wake, &ps->lock);
       continue;
     }
+    dequeue_waiter (ps, &w);
     ps->leader_active = true;
     lead_commits (ps, mine);
     ps->leader_active = false;
-    pthread_cond_broadcast (&ps->committed);
+    /* Pairs of others may still be queued: the oldest waiter leads on. */
+    if (ps->waiters)
+      pthread_cond_signal (&ps->waiters->wake);
   }
+  dequeue_waiter (ps, &w);
+  pthread_cond_destroy (&w.wake);
   r = ps->durable >= mine ? 0 : ps->failed;
   if (r == 0) {
     atomic_fetch_add (&ps->commits, n);
     atomic_fetch_add (&ps->commit_calls, 1);
   }
   pthread_mutex_unlock (&ps->lock);
+  if (snapfg_debug_commit)
+    debug_commit_call (ps, n, now_ns () - start);
   return r;
 }
 
@@ -431,13 +602,19 @@ persistent_close (struct snapfg_store *st, bool clean)
 
   if (clean && !st->dev.readonly && !st->opened_invalid)
     device_flush (&st->dev);
+  if (snapfg_debug_commit) {
+    pthread_mutex_lock (&ps->debug_lock);
+    report_commits (ps, now_ns (), "at close, last");
+    pthread_mutex_unlock (&ps->debug_lock);
+  }
   snapfg_debug ("cow=%s: %" PRIu64 " exceptions committed in %" PRIu64
-                " groups with %" PRIu64 " syncs",
+                " groups with %" PRIu64 " syncs (%" PRIu64 " commit calls)",
                 st->dev.path, (uint64_t) atomic_load (&ps->commits),
                 (uint64_t) atomic_load (&ps->groups),
-                (uint64_t) atomic_load (&ps->syncs));
+                (uint64_t) atomic_load (&ps->syncs),
+                (uint64_t) atomic_load (&ps->commit_calls));
   device_close (&st->dev);
-  pthread_cond_destroy (&ps->committed);
+  pthread_mutex_destroy (&ps->debug_lock);
   pthread_mutex_destroy (&ps->lock);
   free (ps->queue);
   free (ps->batch);
@@ -598,7 +775,8 @@ persistent_store_open (const struct snapfg_store_params *params,
   st->ops = &persistent_ops;
   st->origin_size = params->origin_size;
   pthread_mutex_init (&ps->lock, NULL);
-  pthread_cond_init (&ps->committed, NULL);
+  pthread_mutex_init (&ps->debug_lock, NULL);
+  ps->waiters_tail = &ps->waiters;
 
   r = store_open_device (params, st);
   if (r < 0) {
