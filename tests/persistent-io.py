@@ -44,8 +44,21 @@
 #       One write of random data; print "ok" or "errno NAME".
 #
 #   drive-until-death URI --chunk-size C [--first A] [--max N]
+#                     [--write-size W]
 #       Whole-chunk writes to chunks A, A+1, ... until the server dies;
-#       prints "completed K" (the writes that got a reply).
+#       prints "completed K" (the writes that got a reply).  With W (a
+#       multiple of C), writes of W bytes at A*W, (A+1)*W, ... instead.
+#
+#   seq-writer URI --seed S --write-size W [--in-flight K]
+#              [--region OFF:LEN] --log FILE [--ready-file F]
+#       Writes of W bytes one after the other over the region, K in
+#       flight, the data a function of (S, offset); each acknowledged
+#       write's offset is appended to FILE at once.  Stops at the end of
+#       the region or when the connection fails (exit 0).
+#
+#   check-acked IMAGE --seed S --write-size W --log FILE
+#       Every write seq-writer logged is in IMAGE; exits 1 naming the
+#       first one missing.
 
 import argparse
 import random
@@ -190,6 +203,62 @@ def cmd_writer_loop(a):
     sys.exit(0)
 
 
+def seq_data(seed, offset, length):
+    return random.Random(seed * 1000003 + offset).randbytes(length)
+
+
+def cmd_seq_writer(a):
+    # Sequential writes of --write-size over the region, --in-flight at a
+    # time; every acknowledged write's offset goes to --log at once.
+    n = 0
+    log = open(a.log, "a", buffering=1)
+    try:
+        h = connect(a.uri)
+        roff, rlen = parse_region(a.region, h.get_size())
+        offsets = iter(range(roff, roff + rlen - a.write_size + 1, a.write_size))
+        inflight = {}
+        more = True
+        while more or inflight:
+            while more and h.aio_in_flight() < a.in_flight:
+                offset = next(offsets, None)
+                if offset is None:
+                    more = False
+                    break
+                buf = nbd.Buffer.from_bytearray(
+                    bytearray(seq_data(a.seed, offset, a.write_size)))
+                cookie = h.aio_pwrite(buf, offset)
+                inflight[cookie] = (buf, offset)
+            if inflight:
+                h.poll(-1)
+            for cookie in list(inflight):
+                if h.aio_command_completed(cookie):
+                    log.write("%d\n" % inflight.pop(cookie)[1])
+                    n += 1
+                    if n == 1 and a.ready_file:
+                        open(a.ready_file, "w").close()
+    except nbd.Error as e:
+        print("seq-writer %d: stopped after %d writes: %s" % (a.seed, n, e.string),
+              file=sys.stderr)
+    sys.exit(0)
+
+
+def cmd_check_acked(a):
+    # Every write seq-writer logged as acknowledged is in the image.
+    img = open(a.image, "rb")
+    bad = []
+    n = 0
+    for line in open(a.log):
+        offset = int(line)
+        img.seek(offset)
+        if img.read(a.write_size) != seq_data(a.seed, offset, a.write_size):
+            bad.append(offset)
+        n += 1
+    if bad:
+        sys.exit("%d of %d acknowledged writes are missing from %s, first at "
+                 "offset %d" % (len(bad), n, a.image, bad[0]))
+    print("%d acknowledged writes of %d bytes present" % (n, a.write_size))
+
+
 def snap_order(a):
     order = parse_chunks(a.chunks)
     random.Random(a.seed).shuffle(order)
@@ -278,9 +347,10 @@ def cmd_drive_until_death(a):
     rng = random.Random(a.first)
     h = connect(a.uri)
     done = 0
+    size = a.write_size or a.chunk_size
     try:
         for c in range(a.first, a.first + a.max):
-            h.pwrite(rng.randbytes(a.chunk_size), c * a.chunk_size)
+            h.pwrite(rng.randbytes(size), c * size)
             done += 1
         print("completed %d (server still alive)" % done)
         close(h)
@@ -359,7 +429,25 @@ def main():
     s.add_argument("--chunk-size", type=int, required=True)
     s.add_argument("--first", type=int, default=0)
     s.add_argument("--max", type=int, default=100000)
+    s.add_argument("--write-size", type=int, default=0)
     s.set_defaults(fn=cmd_drive_until_death)
+
+    s = sub.add_parser("seq-writer")
+    s.add_argument("uri")
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--write-size", type=int, required=True)
+    s.add_argument("--in-flight", type=int, default=4)
+    s.add_argument("--region")
+    s.add_argument("--log", required=True)
+    s.add_argument("--ready-file")
+    s.set_defaults(fn=cmd_seq_writer)
+
+    s = sub.add_parser("check-acked")
+    s.add_argument("image")
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--write-size", type=int, required=True)
+    s.add_argument("--log", required=True)
+    s.set_defaults(fn=cmd_check_acked)
 
     a = p.parse_args()
     a.fn(a)

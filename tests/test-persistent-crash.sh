@@ -17,6 +17,12 @@
 #     pristine image and, with one sequential writer, the store holds
 #     exactly the exceptions that were committed and the origin exactly
 #     the writes that were made.
+#  3. Batched copy-outs: the same fault points (and cow-run, one run of
+#     a batch written) with writes of 192 and 256 chunks, each copied out
+#     as one batch with one commit: with one writer the store holds
+#     exactly the committed batches and the origin exactly the completed
+#     writes; with four concurrent writers of 1 MiB the snapshot equals
+#     the original and every acknowledged write is on the origin.
 #
 # Clients see their connection drop when nbdkit dies: that is expected.
 set -euo pipefail
@@ -271,5 +277,116 @@ fault_case origin-write:5 5 1
 fault_case cow-data:40 40 4
 fault_case metadata:40 40 4
 fault_case origin-write:60 60 4
+
+# ---- 3. batched copy-outs: multi-chunk writes -------------------------
+# A write over many fresh chunks copies them out as one batch: one run
+# of consecutive COW chunks per stretch the store's allocation allows,
+# one commit for the batch.  768 KiB writes over 4K chunks are 192
+# chunks each; the store's regions hold 256 data chunks, so the 2nd and
+# 3rd batches are two runs each (cow-run: one run written, the batch
+# not committed).
+
+# batch_fault_case SPEC N EXPECTED-EXCEPTIONS: one writer, 768 KiB writes
+# at 0, 768K, 1536K, ...; it dies at the Nth fault; the writes before the
+# dying one completed and the store holds EXPECTED-EXCEPTIONS.
+bws=$((768 * 1024))
+batch_fault_case() {
+    local spec=$1 n=$2 exc=$3 st completed out="$tmpdir/drive.out"
+    info "=== batched copy-outs: fault point $spec, ${bws}-byte writes"
+    make_random_image "$origin" "$fsize"
+    cp "$origin" "$pristine"
+    rm -f "$cow"
+    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    pio drive-until-death "$(uri "$sock" origin)" --chunk-size $CS --write-size $bws \
+        --max $((fsize / bws)) >"$out" 2>"$tmpdir/drive.err" || true
+    completed=$(sed -n 's/^completed \([0-9]*\)$/\1/p' "$out")
+    wait_nbdkit_death "$pid" 30
+    st=$nbdkit_status
+    case $st in
+        137) info "ok: $spec: nbdkit died by SIGKILL" ;;
+        alive) kill9_nbdkit "$pid"
+               check_fail "$spec (batched): nbdkit never reached the fault point (still running)"
+               return ;;
+        *) check_fail "$spec (batched): nbdkit exited with status $st, expected 137 (SIGKILL)" ;;
+    esac
+    if [ -z "$completed" ]; then
+        cat "$out" "$tmpdir/drive.err" >&2
+        check_fail "$spec (batched): the writer did not see the server die"
+        return
+    fi
+    [ "$completed" -eq $((n - 1)) ] ||
+        check_fail "$spec (batched): $completed writes completed before the crash, expected $((n - 1))"
+    check_inspect "$cow" "$exc" "$spec (batched): committed exceptions after the crash"
+    # The origin holds exactly the completed writes (in units of one write).
+    "$PY" - "$origin" "$pristine" $bws $((n - 1)) <<'PYEOF' ||
+import sys
+a = open(sys.argv[1], "rb").read()
+b = open(sys.argv[2], "rb").read()
+ws, done = int(sys.argv[3]), int(sys.argv[4])
+unwritten = [w for w in range(done) if a[w*ws:(w+1)*ws] == b[w*ws:(w+1)*ws]]
+if unwritten:
+    sys.exit("completed writes missing from the origin: writes %s" % unwritten[:10])
+if a[done*ws:] != b[done*ws:]:
+    sys.exit("the origin changed past the completed writes")
+PYEOF
+        check_fail "$spec (batched): the origin does not hold exactly the $((n - 1)) completed writes"
+    check_after_crash "batched fault $spec"
+}
+
+per=$((bws / CS))
+batch_fault_case cow-data 1 0
+batch_fault_case metadata 1 $per
+batch_fault_case origin-write 1 $per
+batch_fault_case cow-data:3 3 $((2 * per))
+batch_fault_case metadata:3 3 $((3 * per))
+batch_fault_case origin-write:3 3 $((3 * per))
+# Run 2 is the first of write 2's two runs (COW chunks 194-257, then
+# 259-386 after metadata area 1): a third of the batch written.
+batch_fault_case cow-run:2 2 $per
+
+# Concurrent 1 MiB writers, each over its own region, 4 in flight:
+# batches of several connections in the same group commits when the
+# process dies.  The snapshot equals the original; every acknowledged
+# write is on the origin.
+batch_concurrent_case() {
+    local spec=$1 st w region_len=$((bsize / 4)) ws=$((1024 * 1024))
+    info "=== batched copy-outs: fault point $spec, 4 writers of 1 MiB writes"
+    make_random_image "$origin" "$bsize"
+    cp "$origin" "$pristine"
+    rm -f "$cow" "$tmpdir"/acked-*
+    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    for w in 0 1 2 3; do
+        pio seq-writer "$(uri "$sock" origin)" --seed $((seed + w)) --write-size $ws \
+            --in-flight 4 --region "$((w * region_len)):$region_len" \
+            --log "$tmpdir/acked-$w" 2>>"$tmpdir/writers.log" &
+        writer_pids+=($!)
+    done
+    wait_nbdkit_death "$pid" 60
+    st=$nbdkit_status
+    kill_writers
+    case $st in
+        137) info "ok: $spec: nbdkit died by SIGKILL" ;;
+        alive) kill9_nbdkit "$pid"
+               check_fail "$spec (batched, 4 writers): nbdkit never reached the fault point"
+               return ;;
+        *) check_fail "$spec (batched, 4 writers): nbdkit exited with status $st, expected 137" ;;
+    esac
+    for w in 0 1 2 3; do
+        touch "$tmpdir/acked-$w"
+        if out=$(pio check-acked "$origin" --seed $((seed + w)) --write-size $ws \
+                     --log "$tmpdir/acked-$w" 2>&1); then
+            info "ok: $spec: writer $w: $out"
+        else
+            check_fail "$spec (batched, 4 writers): writer $w: $out"
+        fi
+    done
+    check_after_crash "batched fault $spec, 4 writers"
+}
+
+bsize=$((32 * 1024 * 1024))
+batch_concurrent_case cow-data:12
+batch_concurrent_case cow-run:12
+batch_concurrent_case metadata:12
+batch_concurrent_case origin-write:16
 
 finish
