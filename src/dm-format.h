@@ -26,6 +26,7 @@
 #define DM_SNAP_VERSION 1
 #define DM_SNAP_HEADER_SIZE 16
 #define DM_SNAP_PAIR_SIZE 16
+#define SNAPFG_BOOT_ID_MAX 40      /* a boot id is 36 characters */
 
 struct dm_header {
   uint32_t magic;
@@ -37,10 +38,19 @@ struct dm_header {
    * is in progress and resumes on restart.
    */
   bool snapfg_merging;
+  /* snapfg's unsynced mark (durability=flush): while a server writes the
+   * store without a sync per commit, the header says valid = 0 (so that
+   * the kernel never uses a store that a power loss may have torn) and
+   * this names the boot (the kernel's boot id) that wrote it.  Empty:
+   * no mark.
+   */
+  char snapfg_unsynced_boot[SNAPFG_BOOT_ID_MAX];
 };
 
 #define SNAPFG_MERGE_MARK "snapfg:merging"
 #define SNAPFG_MERGE_MARK_OFFSET DM_SNAP_HEADER_SIZE
+#define SNAPFG_UNSYNCED_MARK "snapfg:unsynced:"
+#define SNAPFG_UNSYNCED_MARK_OFFSET 64      /* to 127: mark, boot id, NUL */
 
 static inline uint64_t
 dm_pairs_per_area (uint32_t chunk_size)

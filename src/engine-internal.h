@@ -74,6 +74,7 @@ struct snapfg_engine {
   uint64_t size;               /* the origin's size, fixed */
   struct snapfg_stats stats;   /* the origin export's requests */
   enum snapfg_locking locking;
+  enum snapfg_durability durability;  /* for the persistent stores */
 
   /* copy_file_range failed with "not supported" for these files once:
    * copy-outs go through a buffer from then on.

@@ -82,6 +82,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   if (e == NULL)
     return -ENOMEM;
   e->locking = opts->locking;
+  e->durability = opts->durability;
   e->block_size = opts->block_size ? opts->block_size
     : SNAPFG_DEFAULT_BLOCK_SIZE;
 
@@ -254,6 +255,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     .cow_size = o->cow_size,
     .origin = &e->origin,
     .origin_size = e->size,
+    .unsynced = e->durability == SNAPFG_DURABILITY_FLUSH,
   };
   struct snapfg_snapshot *s, **list;
   const char *problem;

@@ -30,9 +30,16 @@ enum snapfg_locking {
 /* The name of the snapshot given by cow= at start-up. */
 #define SNAPFG_STARTUP_SNAPSHOT "snapshot"
 
+/* When the persistent store's commits are durable (durability=). */
+enum snapfg_durability {
+  SNAPFG_DURABILITY_SYNC,     /* every exception durable before its origin write */
+  SNAPFG_DURABILITY_FLUSH,    /* ordered, made durable at client flush/FUA */
+};
+
 struct snapfg_options {
   const char *origin_path;         /* required */
   enum snapfg_locking locking;
+  enum snapfg_durability durability;
   uint32_t block_size;             /* 512 or 4096 */
 };
 

@@ -24,6 +24,7 @@
 
 #include <config.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -92,8 +93,18 @@ struct persistent_store {
   atomic_uint_least64_t commit_calls;  /* batches of them (one wait each) */
   atomic_uint_least64_t groups;
 
+  /* durability=flush: commits are written in order but not synced; the
+   * header carries the unsynced mark (valid = 0 and this boot's id)
+   * until a clean close has synced everything.
+   */
+  bool unsynced;
+  bool marked;                  /* the header on disk carries the mark */
+  char boot_id[SNAPFG_BOOT_ID_MAX];
+
   bool invalidated;             /* header valid=0 written (under lock) */
   bool fresh;                   /* formatted by us at open: empty table */
+  bool recovered;               /* opened unsynced from this boot: whole */
+  bool torn;                    /* opened unsynced from an earlier boot */
   bool merging;                 /* the header carries snapfg's merge mark */
 };
 
@@ -234,18 +245,24 @@ dequeue_waiter (struct persistent_store *ps, struct commit_waiter *w)
   w->queued = false;
 }
 
+/* The header as it must be now: with the unsynced mark while
+ * ps->marked (then valid = 0 on disk, whatever 'valid' says, so that the
+ * kernel never opens a store a power loss may have torn).
+ */
 static int
 write_header (struct persistent_store *ps, uint32_t valid)
 {
   unsigned char buf[512] = { 0 };
   struct dm_header h = {
     .magic = DM_SNAP_MAGIC,
-    .valid = valid,
+    .valid = ps->marked ? 0 : valid,
     .version = DM_SNAP_VERSION,
     .chunk_sectors = ps->base.chunk_size / 512,
     .snapfg_merging = ps->merging,
   };
 
+  if (ps->marked)
+    memcpy (h.snapfg_unsynced_boot, ps->boot_id, sizeof ps->boot_id);
   dm_header_encode (&h, buf);
   return device_pwrite (&ps->base.dev, buf, sizeof buf, 0);
 }
@@ -463,6 +480,29 @@ persistent_commit (struct snapfg_store *st, const struct store_pair *pairs,
     pthread_mutex_unlock (&ps->lock);
     return r;
   }
+  if (ps->unsynced) {
+    /* durability=flush: the pairs go into their areas now, after their
+     * data (a process crash keeps both, in this order, in the page
+     * cache), and become durable at the next flush.  A power loss before
+     * that is caught by the unsynced mark.
+     */
+    r = zero_areas_ahead (ps, n);
+    if (r == 0)
+      r = write_pairs (ps, pairs, n);
+    if (r < 0)
+      ps->failed = r;
+    else {
+      atomic_fetch_add (&ps->commits, n);
+      atomic_fetch_add (&ps->commit_calls, 1);
+      atomic_fetch_add (&ps->groups, 1);
+    }
+    pthread_mutex_unlock (&ps->lock);
+    if (snapfg_debug_commit && r == 0) {
+      debug_group (ps, n);
+      debug_commit_call (ps, n, now_ns () - start);
+    }
+    return r;
+  }
   r = queue_pairs (ps, pairs, n);
   if (r < 0) {
     pthread_mutex_unlock (&ps->lock);
@@ -566,6 +606,7 @@ persistent_invalidate (struct snapfg_store *st)
   pthread_mutex_lock (&ps->lock);
   if (!ps->invalidated && !st->dev.readonly) {
     ps->invalidated = true;
+    ps->marked = false;         /* Invalid for good, not just unsynced */
     r = write_header (ps, 0);
     if (r == 0)
       r = ps_sync (ps);
@@ -600,8 +641,23 @@ persistent_close (struct snapfg_store *st, bool clean)
 {
   struct persistent_store *ps = ps_of (st);
 
-  if (clean && !st->dev.readonly && !st->opened_invalid)
-    device_flush (&st->dev);
+  if (clean && !st->dev.readonly && !st->opened_invalid) {
+    int r = ps_sync (ps);
+
+    pthread_mutex_lock (&ps->lock);
+    if (r == 0 && ps->marked && !ps->invalidated && ps->failed == 0) {
+      /* Everything is durable now: the store is whole without the mark. */
+      ps->marked = false;
+      r = write_header (ps, 1);
+      if (r == 0)
+        r = ps_sync (ps);
+      if (r < 0)
+        snapfg_error ("cow=%s: could not clear the unsynced mark: %s (the "
+                      "snapshot will open as Invalid after a reboot)",
+                      st->dev.path, strerror (-r));
+    }
+    pthread_mutex_unlock (&ps->lock);
+  }
   if (snapfg_debug_commit) {
     pthread_mutex_lock (&ps->debug_lock);
     report_commits (ps, now_ns (), "at close, last");
@@ -721,6 +777,127 @@ static const struct snapfg_store_ops persistent_ops = {
   .close = persistent_close,
 };
 
+/* The kernel's id of this boot (SNAPFG_TEST_BOOT_ID for tests).  Returns
+ * false if it cannot be read.
+ */
+static bool
+read_boot_id (char *id, size_t len)
+{
+  const char *env = getenv ("SNAPFG_TEST_BOOT_ID");
+  FILE *fp;
+  bool ok;
+
+  if (env && *env) {
+    snprintf (id, len, "%s", env);
+    return true;
+  }
+  fp = fopen ("/proc/sys/kernel/random/boot_id", "r");
+  if (fp == NULL)
+    return false;
+  ok = fgets (id, len, fp) != NULL;
+  fclose (fp);
+  if (ok)
+    id[strcspn (id, "\n")] = '\0';
+  return ok && id[0] != '\0';
+}
+
+/* The header carries the unsynced mark: a server wrote the store with
+ * durability=flush and did not close it cleanly.  If this is still the
+ * boot it names, only that process died: the page cache holds every
+ * write it made, in order, so the store is whole.  Otherwise the system
+ * stopped (power loss, crash, reboot) while writes were not durable: the
+ * table may point at data that never reached the disk, or miss chunks
+ * whose origin did.  Then the snapshot is Invalid, for good.
+ */
+static int
+check_unsynced_mark (struct persistent_store *ps, const char *path,
+                     const struct dm_header *h)
+{
+  struct snapfg_store *st = &ps->base;
+  char now[SNAPFG_BOOT_ID_MAX];
+  int r;
+
+  if (h->valid != 0) {
+    snapfg_error ("cow=%s: the header says valid = %" PRIu32 " and carries "
+                  "snapfg's unsynced mark, which only a store with valid = 0 "
+                  "can; refusing to use it (the file is left unchanged)",
+                  path, h->valid);
+    return -EINVAL;
+  }
+  if (read_boot_id (now, sizeof now) &&
+      strcmp (now, h->snapfg_unsynced_boot) == 0) {
+    snapfg_debug ("cow=%s: the server that wrote this store with "
+                  "durability=flush stopped without closing it, in this "
+                  "boot: the store is whole", path);
+    st->opened_invalid = false;
+    ps->recovered = true;
+    return 0;
+  }
+  snapfg_error ("cow=%s: the system stopped uncleanly (boot %s, now %s) "
+                "while this store was written with durability=flush, so "
+                "its table may not match its data: the snapshot is now "
+                "Invalid and its export fails every request", path,
+                h->snapfg_unsynced_boot, now[0] ? now : "unknown");
+  st->opened_invalid = true;
+  ps->torn = true;
+  if (st->dev.readonly)
+    return 0;
+  /* Invalid for good: drop the mark, so that no later boot id can match. */
+  ps->marked = false;
+  ps->merging = false;
+  r = write_header (ps, 0);
+  if (r == 0)
+    r = ps_sync (ps);
+  if (r < 0)
+    snapfg_error ("cow=%s: could not write the Invalid header: %s",
+                  path, strerror (-r));
+  return 0;
+}
+
+/* After opening: with durability=flush, mark the store unsynced (this
+ * boot's id, valid = 0 on disk) before anything is written without a
+ * sync.  Without it, a store found unsynced from a process crash of this
+ * boot is made durable and unmarked first, since commits will be synced
+ * from now on.
+ */
+static int
+set_unsynced_mark (struct persistent_store *ps,
+                   const struct snapfg_store_params *params)
+{
+  struct snapfg_store *st = &ps->base;
+  int r;
+
+  if (st->opened_invalid || st->dev.readonly)
+    return 0;
+  if (params->unsynced) {
+    if (!read_boot_id (ps->boot_id, sizeof ps->boot_id)) {
+      snapfg_error ("cow=%s: durability=flush needs the kernel's boot id "
+                    "(/proc/sys/kernel/random/boot_id) to tell a process "
+                    "crash from a power loss, and it cannot be read "
+                    "(use durability=sync)", params->path);
+      return -EINVAL;
+    }
+    ps->unsynced = true;
+    ps->marked = true;
+  }
+  else if (ps->recovered)
+    ps->marked = false;
+  else
+    return 0;
+  /* Whatever an earlier process left in the page cache becomes durable
+   * before the header changes.
+   */
+  r = ps_sync (ps);
+  if (r == 0)
+    r = write_header (ps, 1);
+  if (r == 0)
+    r = ps_sync (ps);
+  if (r < 0)
+    snapfg_error ("cow=%s: cannot write the header: %s",
+                  params->path, strerror (-r));
+  return r;
+}
+
 /* Start a new store in an empty or all-zero COW device. */
 static int
 format_new_store (struct persistent_store *ps)
@@ -812,7 +989,15 @@ persistent_store_open (const struct snapfg_store_params *params,
                     params->chunk_size);
     st->chunk_size = stored;
     st->opened_invalid = h.valid == 0;
-    st->opened_merging = ps->merging = h.snapfg_merging && h.valid;
+    if (h.snapfg_unsynced_boot[0]) {
+      r = check_unsynced_mark (ps, params->path, &h);
+      if (r < 0) {
+        store_discard_new (st);
+        return r;
+      }
+    }
+    st->opened_merging = ps->merging =
+      h.snapfg_merging && !st->opened_invalid;
   }
   st->chunk_shift = __builtin_ctz (st->chunk_size);
   ps->pairs_per_area = dm_pairs_per_area (st->chunk_size);
@@ -845,10 +1030,16 @@ persistent_store_open (const struct snapfg_store_params *params,
       return r;
     }
   }
-  else if (st->opened_invalid)
+  else if (st->opened_invalid && !ps->torn)
     snapfg_error ("cow=%s: the store is marked Invalid (valid = 0): the "
                   "snapshot's export fails every request", params->path);
 
+  r = set_unsynced_mark (ps, params);
+  if (r < 0) {
+    free (ps->area_buf);
+    store_discard_new (st);
+    return r;
+  }
   *stp = st;
   return 0;
 }

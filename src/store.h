@@ -103,6 +103,7 @@ struct snapfg_store_params {
   uint64_t cow_size;               /* 0: the default */
   const struct snapfg_device *origin;
   uint64_t origin_size;
+  bool unsynced;                   /* durability=flush (persistent stores) */
 };
 
 /* Open (or create) the store at params->path.  Logs an error naming the

@@ -35,6 +35,7 @@ static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
 static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
 static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
+static enum snapfg_durability durability = SNAPFG_DURABILITY_SYNC;
 static char *control_path;
 
 static struct snapfg_engine *engine;
@@ -193,6 +194,17 @@ plugin_config (const char *key, const char *value)
       return -1;
     }
   }
+  else if (strcmp (key, "durability") == 0) {
+    if (strcmp (value, "sync") == 0)
+      durability = SNAPFG_DURABILITY_SYNC;
+    else if (strcmp (value, "flush") == 0)
+      durability = SNAPFG_DURABILITY_FLUSH;
+    else {
+      nbdkit_error ("durability=%s: unknown durability mode "
+                    "(expected sync or flush)", value);
+      return -1;
+    }
+  }
   else if (strcmp (key, "control") == 0) {
     free (control_path);
     /* nbdkit changes directory when it forks: keep the path absolute. */
@@ -214,6 +226,7 @@ plugin_config_complete (void)
   struct snapfg_options opts = {
     .origin_path = origin_path,
     .locking = locking,
+    .durability = durability,
     .block_size = block_size,
   };
 
@@ -303,6 +316,8 @@ plugin_cleanup (void)
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
   "locking=striped|global Exception table locking (default striped).\n" \
+  "durability=sync|flush Persistent stores: sync every exception (default)\n" \
+  "                      or only at client flush/FUA.\n" \
   "control=<SOCKET>      Unix socket for snapfgctl (mode 0600)."
 
 /* A connection's view: the origin, or one snapshot. */
