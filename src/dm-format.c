@@ -56,10 +56,12 @@ dm_header_encode (const struct dm_header *h, void *buf)
   if (h->snapfg_merging)
     memcpy (p + SNAPFG_MERGE_MARK_OFFSET, SNAPFG_MERGE_MARK,
             sizeof SNAPFG_MERGE_MARK);
-  memset (p + SNAPFG_UNSYNCED_MARK_OFFSET, 0, 64);
-  if (h->snapfg_unsynced_boot[0])
-    snprintf ((char *) p + SNAPFG_UNSYNCED_MARK_OFFSET, 64, "%s%s",
-              SNAPFG_UNSYNCED_MARK, h->snapfg_unsynced_boot);
+  memset (p + SNAPFG_UNSYNCED_MARK_OFFSET, 0, 32);
+  if (h->snapfg_unsynced_boot[0]) {
+    memcpy (p + SNAPFG_UNSYNCED_MARK_OFFSET, SNAPFG_UNSYNCED_MARK, 4);
+    memcpy (p + SNAPFG_UNSYNCED_MARK_OFFSET + 4, h->snapfg_unsynced_boot,
+            strnlen (h->snapfg_unsynced_boot, SNAPFG_UNSYNCED_BOOT_LEN));
+  }
 }
 
 void
@@ -74,14 +76,10 @@ dm_header_decode (const void *buf, struct dm_header *h)
   h->snapfg_merging = memcmp (p + SNAPFG_MERGE_MARK_OFFSET, SNAPFG_MERGE_MARK,
                               sizeof SNAPFG_MERGE_MARK) == 0;
   h->snapfg_unsynced_boot[0] = '\0';
-  if (memcmp (p + SNAPFG_UNSYNCED_MARK_OFFSET, SNAPFG_UNSYNCED_MARK,
-              strlen (SNAPFG_UNSYNCED_MARK)) == 0) {
-    const char *id = (const char *) p + SNAPFG_UNSYNCED_MARK_OFFSET
-      + strlen (SNAPFG_UNSYNCED_MARK);
-    size_t len = strnlen (id, 64 - strlen (SNAPFG_UNSYNCED_MARK));
+  if (memcmp (p + SNAPFG_UNSYNCED_MARK_OFFSET, SNAPFG_UNSYNCED_MARK, 4) == 0) {
+    const char *id = (const char *) p + SNAPFG_UNSYNCED_MARK_OFFSET + 4;
+    size_t len = strnlen (id, SNAPFG_UNSYNCED_BOOT_LEN);
 
-    if (len >= SNAPFG_BOOT_ID_MAX)
-      len = SNAPFG_BOOT_ID_MAX - 1;
     memcpy (h->snapfg_unsynced_boot, id, len);
     h->snapfg_unsynced_boot[len] = '\0';
     if (len == 0)               /* a mark without an id: no boot matches */

@@ -27,6 +27,7 @@
 #define DM_SNAP_HEADER_SIZE 16
 #define DM_SNAP_PAIR_SIZE 16
 #define SNAPFG_BOOT_ID_MAX 40      /* a boot id is 36 characters */
+#define SNAPFG_UNSYNCED_BOOT_LEN 28 /* as much of it as the mark holds */
 
 struct dm_header {
   uint32_t magic;
@@ -41,16 +42,20 @@ struct dm_header {
   /* snapfg's unsynced mark (durability=flush): while a server writes the
    * store without a sync per commit, the header says valid = 0 (so that
    * the kernel never uses a store that a power loss may have torn) and
-   * this names the boot (the kernel's boot id) that wrote it.  Empty:
-   * no mark.
+   * this names the boot (the kernel's boot id, its first
+   * SNAPFG_UNSYNCED_BOOT_LEN characters: 24 hex digits of a random UUID)
+   * that wrote it.  Empty: no mark.
    */
-  char snapfg_unsynced_boot[SNAPFG_BOOT_ID_MAX];
+  char snapfg_unsynced_boot[SNAPFG_UNSYNCED_BOOT_LEN + 1];
 };
 
 #define SNAPFG_MERGE_MARK "snapfg:merging"
 #define SNAPFG_MERGE_MARK_OFFSET DM_SNAP_HEADER_SIZE
-#define SNAPFG_UNSYNCED_MARK "snapfg:unsynced:"
-#define SNAPFG_UNSYNCED_MARK_OFFSET 64      /* to 127: mark, boot id, NUL */
+/* Bytes 32..63 of the header chunk: "SFGu" and the boot id, NUL-padded
+ * (64 and up belong to the binding record).
+ */
+#define SNAPFG_UNSYNCED_MARK "SFGu"
+#define SNAPFG_UNSYNCED_MARK_OFFSET 32
 
 static inline uint64_t
 dm_pairs_per_area (uint32_t chunk_size)

@@ -262,7 +262,8 @@ write_header (struct persistent_store *ps, uint32_t valid)
   };
 
   if (ps->marked)
-    memcpy (h.snapfg_unsynced_boot, ps->boot_id, sizeof ps->boot_id);
+    memcpy (h.snapfg_unsynced_boot, ps->boot_id,
+            strnlen (ps->boot_id, SNAPFG_UNSYNCED_BOOT_LEN));
   dm_header_encode (&h, buf);
   return device_pwrite (&ps->base.dev, buf, sizeof buf, 0);
 }
@@ -811,7 +812,7 @@ read_boot_id (char *id, size_t len)
  */
 static int
 check_unsynced_mark (struct persistent_store *ps, const char *path,
-                     const struct dm_header *h)
+                     struct dm_header *h)
 {
   struct snapfg_store *st = &ps->base;
   char now[SNAPFG_BOOT_ID_MAX];
@@ -825,11 +826,12 @@ check_unsynced_mark (struct persistent_store *ps, const char *path,
     return -EINVAL;
   }
   if (read_boot_id (now, sizeof now) &&
-      strcmp (now, h->snapfg_unsynced_boot) == 0) {
+      strncmp (now, h->snapfg_unsynced_boot, SNAPFG_UNSYNCED_BOOT_LEN) == 0) {
     snapfg_debug ("cow=%s: the server that wrote this store with "
                   "durability=flush stopped without closing it, in this "
                   "boot: the store is whole", path);
     st->opened_invalid = false;
+    h->valid = 1;               /* what it says once the mark is gone */
     ps->recovered = true;
     return 0;
   }

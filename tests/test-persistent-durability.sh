@@ -44,9 +44,10 @@ kill_writers() {
 }
 on_exit kill_writers
 
-# mark COW: the unsynced mark's text in the header ("" if none).
+# mark COW: the unsynced mark in the header, bytes 32..63 ("SFGu" and the
+# boot id; "" if none).
 mark() {
-    dd if="$1" bs=1 skip=64 count=64 status=none | tr -d '\0'
+    dd if="$1" bs=1 skip=32 count=32 status=none | tr -d '\0'
 }
 
 # fresh: a new origin, its pristine copy, no COW store.
@@ -74,8 +75,8 @@ pio write-random "$(uri "$sock" origin)" --seed "$seed" --count 40 --max-len 655
 v=$(header_le32 "$cow" 4)
 m=$(mark "$cow")
 [ "$v" = 0 ] || check_fail "running with durability=flush: header valid = $v, expected 0"
-[ "$m" = "snapfg:unsynced:boot-A" ] ||
-    check_fail "running with durability=flush: header mark '$m', expected 'snapfg:unsynced:boot-A'"
+[ "$m" = "SFGuboot-A" ] ||
+    check_fail "running with durability=flush: header mark '$m', expected 'SFGuboot-A'"
 info "ok: while running: valid = $v, mark '$m'"
 
 # ---- 3. (on the same server) a clean stop clears the mark -----------------
@@ -117,7 +118,7 @@ info "=== durability=flush, kill -9, reopened with durability=sync (same boot)"
 SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush
 pio write-random "$(uri "$sock" origin)" --seed $((seed + 1)) --count 40 --max-len 262144 >/dev/null
 kill9_nbdkit "$pid"
-[ "$(mark "$cow")" = "snapfg:unsynced:boot-A" ] ||
+[ "$(mark "$cow")" = "SFGuboot-A" ] ||
     check_fail "after kill -9: the header lost its mark ('$(mark "$cow")')"
 check_whole "kill -9, reopened with durability=sync" boot-A
 v=$(header_le32 "$cow" 4)

@@ -18,6 +18,10 @@
 #                      nbdkit -v (datapath debugging off) so that the store's
 #                      closing line "N exceptions committed in G groups with
 #                      S syncs" can be read from its log
+#   snapfg-persistent-flush  as snapfg-persistent with durability=flush
+#                      (commits synced only at flush/FUA; Invalid after a
+#                      power loss); only the first-write servers
+#                      (PHASES firstwrite and seqfirst)
 #   snapfg-global      snapfg, store=transient, locking=global (one mutex)
 #   cow-4K, cow-64K    nbdkit --filter=cow file ORIGIN cow-block-size=4K/64K:
 #                      its writes are like writes to a snapshot
@@ -42,6 +46,12 @@
 #                         64 KiB chunk, chunks in random order, split between
 #                         the jobs (fio read_iolog).  bare: the same one-pass
 #                         random writes as snapfg.
+#   origin-seqfirstwrite  fresh snapshot (a server of its own), one
+#                         sequential pass of 1 MiB writes, iodepth
+#                         SEQ_IODEPTH, each job writing its own 1/numjobs
+#                         of the disk (stopped after RUNTIME seconds if the
+#                         pass is not over by then): every write copies out
+#                         1 MiB of fresh chunks.  bare: the same pass.
 #   origin-overwrite      origin random writes after a sequential 1 MiB pass
 #                         has copied every chunk (no copy-out left)
 #   origin-overwrite-512  512-byte random writes to the origin on chunks
@@ -78,6 +88,13 @@
 #   NUMJOBS_PEERS  job counts for cow-4K, cow-64K and qemu-fleecing
 #                  [$NUMJOBS]
 #   IODEPTH        fio iodepth per job [16]
+#   SEQ_IODEPTH    iodepth of origin-seqfirstwrite [8]
+#   PHASES         which servers each snapfg system with a snapshot gets
+#                  per job count [firstwrite seqfirst overwrite snapwrite]:
+#                  firstwrite = snapshot-randread + origin-firstwrite,
+#                  seqfirst = origin-seqfirstwrite, overwrite = the fill
+#                  pass + origin-overwrite(-512) + snapshot-randread-cow,
+#                  snapwrite = snapshot-randwrite
 #   SIZE           origin size [1G]
 #   CHUNK_SIZE     snapfg chunk-size= [4K]
 #   SYSTEMS        systems to run [all of the above]
@@ -116,9 +133,12 @@ ROUNDS=${ROUNDS:-1}
 NUMJOBS=${NUMJOBS:-"1 2 4 8"}
 NUMJOBS_PEERS=${NUMJOBS_PEERS:-$NUMJOBS}
 IODEPTH=${IODEPTH:-16}
+SEQ_IODEPTH=${SEQ_IODEPTH:-8}
+PHASES=${PHASES:-"firstwrite seqfirst overwrite snapwrite"}
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 SIZE=${SIZE:-1G}
 CHUNK_SIZE=${CHUNK_SIZE:-4K}
-SYSTEMS=${SYSTEMS:-"bare snapfg-nosnap snapfg-transient snapfg-persistent snapfg-global cow-4K cow-64K qemu-fleecing"}
+SYSTEMS=${SYSTEMS:-"bare snapfg-nosnap snapfg-transient snapfg-persistent snapfg-persistent-flush snapfg-global cow-4K cow-64K qemu-fleecing"}
 LOCKS=${LOCKS:-1}
 STARTUP=${STARTUP:-1}
 STARTUP_EXCEPTIONS=${STARTUP_EXCEPTIONS:-1000000}
@@ -170,7 +190,7 @@ run_systems=
 skipped=
 for system in $SYSTEMS; do
     case $system in
-        bare|snapfg-nosnap|snapfg-transient|snapfg-persistent|snapfg-global|cow-4K|cow-64K) ;;
+        bare|snapfg-nosnap|snapfg-transient|snapfg-persistent|snapfg-persistent-flush|snapfg-global|cow-4K|cow-64K) ;;
         qemu-fleecing)
             why=
             if ! command -v qemu-storage-daemon >/dev/null 2>&1; then
@@ -282,6 +302,9 @@ start_server() {
         snapfg-global)     args=("$SNAPFG_PLUGIN" "${snap[@]}" store=transient locking=global) ;;
         snapfg-persistent) args=("$SNAPFG_PLUGIN" "${snap[@]}" store=persistent locking=striped)
                            pre=(-v -D nbdkit.backend.datapath=0) ;;
+        snapfg-persistent-flush)
+                           args=("$SNAPFG_PLUGIN" "${snap[@]}" store=persistent locking=striped durability=flush)
+                           pre=(-v -D nbdkit.backend.datapath=0) ;;
         cow-4K|cow-64K)    rm -rf "$work/cow-tmp"; mkdir -p "$work/cow-tmp"
                            env=(TMPDIR="$work/cow-tmp")
                            args=(--filter=cow file file="$origin" cow-block-size="${system#cow-}") ;;
@@ -323,10 +346,11 @@ start_fleecing() {
     die "fleecing.sh did not print its URIs within 120 s"
 }
 
-# persistent_stats: "EXCEPTIONS GROUPS SYNCS" from the store's closing debug
-# line in the (stopped) server's log.
+# persistent_stats: "EXCEPTIONS GROUPS SYNCS [CALLS]" from the store's
+# closing debug line in the (stopped) server's log (CALLS: commit calls,
+# one per batch of copy-outs; older plugins do not print it).
 persistent_stats() {
-    sed -n 's/.* \([0-9][0-9]*\) exceptions committed in \([0-9][0-9]*\) groups with \([0-9][0-9]*\) syncs.*/\1 \2 \3/p' \
+    sed -n 's/.* \([0-9][0-9]*\) exceptions committed in \([0-9][0-9]*\) groups with \([0-9][0-9]*\) syncs\( (\([0-9][0-9]*\) commit calls)\)\{0,1\}.*/\1 \2 \3 \5/p' \
         "$server_log" | tail -n 1
 }
 
@@ -394,6 +418,7 @@ run_fio() {
         origin-randwrite-512|origin-overwrite-512) rw=randwrite bs=512 uri=$uri_origin ;;
         origin-firstwrite) rw=randwrite mode=onepass uri=$uri_origin
                            [ "$system" != qemu-fleecing ] || mode=replay ;;
+        origin-seqfirstwrite) rw=write bs=1M mode=seqpass uri=$uri_origin ;;
         snapshot-randread|snapshot-randread-cow) rw=randread uri=$uri_snapshot ;;
         snapshot-randwrite) rw=randwrite uri=$uri_snapshot ;;
         *) die "unknown workload $workload" ;;
@@ -409,6 +434,13 @@ run_fio() {
                    --iodepth="$IODEPTH" --numjobs="$nj" --group_reporting
                    --lat_percentiles=1 --norandommap=0 --randrepeat=0
                    --size="$part" --offset_increment="$part" --runtime="$RUNTIME") ;;
+        seqpass)
+            # Each job writes its own 1/nj of the disk once, in order.
+            local part=$(( size_bytes / nj / 1048576 * 1048576 ))
+            opts+=(--name="$workload" --ioengine=nbd --uri="$uri" --rw="$rw" --bs="$bs"
+                   --iodepth="$SEQ_IODEPTH" --numjobs="$nj" --group_reporting
+                   --lat_percentiles=1 --size="$part" --offset_increment="$part"
+                   --runtime="$RUNTIME") ;;
         replay)
             opts+=("$(replay_jobfile "$nj" "$uri")") ;;
         timed)
@@ -441,13 +473,16 @@ fill_pass() {
         { cat "$out" >&2; die "the full pass failed on $1"; }
 }
 
-# record_persistent NJ PHASE: after stopping a persistent server.
+# record_persistent NJ PHASE: after stopping a persistent server, a line
+# "NJ PHASE EXCEPTIONS GROUPS SYNCS CALLS SYSTEM" (older files: no
+# SYSTEM, meaning snapfg-persistent).
 pstats=$OUTDIR/persistent.txt
 record_persistent() {
     local s
     s=$(persistent_stats)
     if [ -n "$s" ]; then
-        echo "$1 $2 $s" >>"$pstats"
+        read -r -a f <<<"$s"
+        echo "$1 $2 ${f[0]} ${f[1]} ${f[2]} ${f[3]:-0} $system" >>"$pstats"
     else
         log "warning: no 'exceptions committed' line in $server_log"
     fi
@@ -489,6 +524,7 @@ for nj in $NUMJOBS; do
                 start_server bare "j$nj"
                 run_fio bare snapshot-randread "$nj"
                 run_fio bare origin-firstwrite "$nj"
+                run_fio bare origin-seqfirstwrite "$nj"
                 run_fio bare origin-randwrite "$nj"
                 run_fio bare origin-randwrite-512 "$nj"
                 stop_server
@@ -514,34 +550,49 @@ for nj in $NUMJOBS; do
                 ;;
             snapfg-*)
                 # A fresh snapshot for the reads routed to the origin and
-                # the first writes ...
-                start_server "$system" "firstwrite-j$nj"
-                run_fio "$system" snapshot-randread "$nj"
-                run_fio "$system" origin-firstwrite "$nj"
-                stop_server
-                [ "$system" != snapfg-persistent ] || record_persistent "$nj" firstwrite
+                # the random first writes ...
+                is_persistent=0
+                [[ $system != snapfg-persistent* ]] || is_persistent=1
+                if has_phase firstwrite; then
+                    start_server "$system" "firstwrite-j$nj"
+                    run_fio "$system" snapshot-randread "$nj"
+                    run_fio "$system" origin-firstwrite "$nj"
+                    stop_server
+                    [ "$is_persistent" = 0 ] || record_persistent "$nj" firstwrite
+                fi
+                # ... one for the sequential first writes ...
+                if has_phase seqfirst; then
+                    start_server "$system" "seqfirst-j$nj"
+                    run_fio "$system" origin-seqfirstwrite "$nj"
+                    stop_server
+                    [ "$is_persistent" = 0 ] || record_persistent "$nj" seqfirstwrite
+                fi
                 # ... another, filled, for the remapped paths (the
                 # persistent store is filled once, then reopened: its fill
-                # pass commits every exception and takes minutes) ...
-                if [ "$system" != snapfg-persistent ]; then
-                    start_server "$system" "overwrite-j$nj"
-                    fill_pass "$system" "$nj"
-                elif [ -f "$pfilled" ]; then
-                    start_server "$system" "overwrite-j$nj" "$pfilled"
-                else
-                    start_server "$system" "overwrite-j$nj" "$pfilled"
-                    fill_pass "$system" "$nj"
+                # pass commits every exception) ...
+                if has_phase overwrite && [ "$system" != snapfg-persistent-flush ]; then
+                    if [ "$system" != snapfg-persistent ]; then
+                        start_server "$system" "overwrite-j$nj"
+                        fill_pass "$system" "$nj"
+                    elif [ -f "$pfilled" ]; then
+                        start_server "$system" "overwrite-j$nj" "$pfilled"
+                    else
+                        start_server "$system" "overwrite-j$nj" "$pfilled"
+                        fill_pass "$system" "$nj"
+                    fi
+                    run_fio "$system" origin-overwrite "$nj"
+                    run_fio "$system" origin-overwrite-512 "$nj"
+                    run_fio "$system" snapshot-randread-cow "$nj"
+                    stop_server
+                    [ "$is_persistent" = 0 ] || record_persistent "$nj" fill+overwrite
                 fi
-                run_fio "$system" origin-overwrite "$nj"
-                run_fio "$system" origin-overwrite-512 "$nj"
-                run_fio "$system" snapshot-randread-cow "$nj"
-                stop_server
-                [ "$system" != snapfg-persistent ] || record_persistent "$nj" fill+overwrite
                 # ... and a fresh one for writes to the snapshot.
-                start_server "$system" "snapwrite-j$nj"
-                run_fio "$system" snapshot-randwrite "$nj"
-                stop_server
-                [ "$system" != snapfg-persistent ] || record_persistent "$nj" snapshot-randwrite
+                if has_phase snapwrite && [ "$system" != snapfg-persistent-flush ]; then
+                    start_server "$system" "snapwrite-j$nj"
+                    run_fio "$system" snapshot-randwrite "$nj"
+                    stop_server
+                    [ "$is_persistent" = 0 ] || record_persistent "$nj" snapshot-randwrite
+                fi
                 ;;
         esac
     done
@@ -600,7 +651,7 @@ if [ "$STARTUP" = 1 ]; then
         log "warning: startup.sh failed (see $OUTDIR/logs/startup.log)"
 fi
 t_end=$(date +%s)
-for v in RUNTIME ROUNDS NUMJOBS NUMJOBS_PEERS IODEPTH SIZE CHUNK_SIZE run_systems skipped \
+for v in RUNTIME ROUNDS NUMJOBS NUMJOBS_PEERS IODEPTH SEQ_IODEPTH PHASES SIZE CHUNK_SIZE run_systems skipped \
          STARTUP_EXCEPTIONS load_at_start t_start t_fio t_end; do
     printf '%s=%q\n' "$v" "${!v}"
 done >"$OUTDIR/meta.sh"
@@ -613,6 +664,7 @@ bare_of() {
         origin-randwrite|origin-overwrite|snapshot-randwrite) echo origin-randwrite ;;
         origin-randwrite-512|origin-overwrite-512) echo origin-randwrite-512 ;;
         origin-firstwrite) echo origin-firstwrite ;;
+        origin-seqfirstwrite) echo origin-seqfirstwrite ;;
         snapshot-randread|snapshot-randread-cow) echo snapshot-randread ;;
     esac
 }
@@ -621,6 +673,7 @@ bare_label() {
         origin-randwrite) echo "bare (4K randwrite)" ;;
         origin-randwrite-512) echo "bare (512 randwrite)" ;;
         origin-firstwrite) echo "bare (one-pass randwrite)" ;;
+        origin-seqfirstwrite) echo "bare (1 MiB sequential writes)" ;;
         snapshot-randread) echo "bare (randread)" ;;
     esac
 }
@@ -648,7 +701,7 @@ pratio() {
         sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.2f", v[int((NR + 1) / 2)]; else printf "n/a" }'
 }
 
-WORKLOADS="origin-randwrite origin-firstwrite origin-overwrite origin-overwrite-512 snapshot-randread snapshot-randread-cow snapshot-randwrite"
+WORKLOADS="origin-randwrite origin-firstwrite origin-seqfirstwrite origin-overwrite origin-overwrite-512 snapshot-randread snapshot-randread-cow snapshot-randwrite"
 ALLJOBS=$(printf '%s\n' $NUMJOBS $NUMJOBS_PEERS | sort -n -u | tr '\n' ' ')
 csv=$OUTDIR/results.csv
 md=$OUTDIR/results.md
@@ -663,6 +716,7 @@ while read -r w s n iops mean p99 ios la rnd; do
                '$1 == w && $2 == "bare" && $3 == n && ($9 == "" ? 1 : $9) == r { print $4; exit }' "$results")
     bs=4k
     [[ $w != *-512 ]] || bs=512
+    [ "$w" != origin-seqfirstwrite ] || bs=1M
     echo "$w,$s,$n,$IODEPTH,$bs,$RUNTIME,$iops,$mean,$p99,$ios,$la,$b,${base:-},$(ratio "$iops" "$base"),$rnd" >>"$csv"
 done <"$results"
 
@@ -674,7 +728,8 @@ done <"$results"
     echo "- $(nbdkit --version | head -n 1), $(fio --version)${qsd_version:+, $qsd_version}"
     echo "- plugin: $SNAPFG_PLUGIN"
     echo "- origin: $SIZE file of random data (page cache), snapfg chunk-size=$CHUNK_SIZE; fleecing: its own $SIZE origin, 64 KiB copies"
-    echo "- fio: --ioengine=nbd over a Unix socket, 4 KiB (512 B for -512), iodepth=$IODEPTH, numjobs = connections, ${RUNTIME}s per row (first writes: one pass, at most ${RUNTIME}s)"
+    echo "- fio: --ioengine=nbd over a Unix socket, 4 KiB (512 B for -512), iodepth=$IODEPTH, numjobs = connections, ${RUNTIME}s per row (first writes: one pass, at most ${RUNTIME}s); origin-seqfirstwrite: 1 MiB sequential writes, iodepth=${SEQ_IODEPTH:-8}, one pass (IOPS = MiB/s)"
+    echo "- modes: snapfg-persistent is the default store (store=persistent, durability=sync: crash-safe, every exception durable before its origin write); snapfg-persistent-flush is store=persistent durability=flush (opt-in: synced at flush/FUA, Invalid after a power loss); snapfg-transient is store=transient (exceptions in memory only)"
     if [ "$ROUNDS" -gt 1 ]; then
         echo "- $ROUNDS rounds, each running every system once per job count: IOPS are medians over the rounds, every ratio the median of the ratios of the two measurements made in the same round"
     fi
@@ -867,30 +922,92 @@ context_row() {  # context_row LABEL NW NS DW DS [JOBS]
     done
 } >>"$md"
 
+# --- issue 10: first writes -------------------------------------------------
+# The job counts the issue names (1 and 4 connections), those measured.
+T10_JOBS=$(for nj in ${T10_JOBS:-1 4}; do [[ " $NUMJOBS " != *" $nj "* ]] || printf '%s ' "$nj"; done)
+{
+    echo
+    echo "## Targets (issue 10: first writes with a snapshot)"
+    echo
+    echo "Ratios to bare at ${T10_JOBS:-no measured} connection(s), medians of the per-round ratios;"
+    echo "snapfg-persistent is the default mode (store=persistent, crash-safe),"
+    echo "snapfg-transient is store=transient; chunk-size=$CHUNK_SIZE."
+    echo
+    echo "| target | system | measured as | threshold | ratios | verdict |"
+    echo "|---|---|---|---|---|---|"
+    for system in snapfg-persistent snapfg-persistent-flush snapfg-transient; do
+        has_system "$system" || continue
+        min=0.30; [ "$system" = snapfg-transient ] && min=0.60
+        target_row "sequential 1 MiB first writes, QD$SEQ_IODEPTH" "$system" "origin-seqfirstwrite / bare" "≥ $min" \
+            origin-seqfirstwrite "$system" origin-seqfirstwrite bare "$min" "" "$T10_JOBS"
+    done
+    for system in snapfg-persistent snapfg-persistent-flush snapfg-transient; do
+        has_system "$system" || continue
+        min=0.50; [ "$system" = snapfg-transient ] && min=0.70
+        target_row "random 4K first writes, QD$IODEPTH per job" "$system" "origin-firstwrite / bare one-pass" "≥ $min" \
+            origin-firstwrite "$system" origin-firstwrite bare "$min" "" "$T10_JOBS"
+    done
+    for system in snapfg-persistent snapfg-transient; do
+        has_system "$system" || continue
+        target_row "origin overwrite" "$system" "origin-overwrite / bare randwrite" "≥ 0.90" \
+            origin-overwrite "$system" origin-randwrite bare 0.90 "" "$T10_JOBS"
+        target_row "snapshot read (not copied)" "$system" "snapshot-randread / bare randread" "≥ 0.90" \
+            snapshot-randread "$system" snapshot-randread bare 0.90 "" "$T10_JOBS"
+        target_row "snapshot read (copied)" "$system" "snapshot-randread-cow / bare randread" "≥ 0.90" \
+            snapshot-randread-cow "$system" snapshot-randread bare 0.90 "" "$T10_JOBS"
+    done
+    if has_system snapfg-nosnap; then
+        target_row "no snapshot" snapfg-nosnap "origin-randwrite / bare randwrite" "≥ 0.95" \
+            origin-randwrite snapfg-nosnap origin-randwrite bare 0.95 "" "$T10_JOBS"
+    fi
+    echo
+    echo "At every job count measured (no target):"
+    echo
+    echo "| comparison | ratios |"
+    echo "|---|---|"
+    for system in snapfg-persistent snapfg-persistent-flush snapfg-transient; do
+        has_system "$system" || continue
+        context_row "$system: origin-seqfirstwrite / bare" origin-seqfirstwrite "$system" origin-seqfirstwrite bare
+        context_row "$system: origin-firstwrite / bare one-pass" origin-firstwrite "$system" origin-firstwrite bare
+    done
+} >>"$md"
+
 # --- the persistent store ----------------------------------------------------
-if has_system snapfg-persistent; then
+if has_system snapfg-persistent || has_system snapfg-persistent-flush; then
     {
         echo
-        echo "## Persistent store: first writes and group commit"
+        echo "## Persistent store (default mode): first writes and group commit"
         echo
         echo "From the store's closing debug line (nbdkit -v): \"N exceptions committed"
-        echo "in G groups with S syncs\", for the server that ran only the snapshot reads"
-        echo "and the one-pass first writes (so every exception is one first write)."
+        echo "in G groups with S syncs (C commit calls)\", summed over the rounds, for the"
+        echo "servers that ran only the first writes: random 4 KiB (with the snapshot"
+        echo "reads before them, which commit nothing) and sequential 1 MiB.  A commit"
+        echo "call is one batch of copy-outs (one request's fresh chunks); a group is"
+        echo "the exceptions made durable by the same syncs."
         echo
-        echo "| jobs | bare IOPS | transient IOPS | persistent IOPS | persistent / transient | persistent / bare | exceptions | groups | syncs | exceptions / group | syncs / exception |"
-        echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-        for nj in $NUMJOBS; do
-            b=$(get origin-firstwrite bare "$nj")
-            t=$(get origin-firstwrite snapfg-transient "$nj")
-            p=$(get origin-firstwrite snapfg-persistent "$nj")
-            read -r e g s < <(awk -v n="$nj" '$1 == n && $2 == "firstwrite" { print $3, $4, $5 }' "$pstats"; echo)
-            printf '| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n' "$nj" "${b:-0}" "${t:-0}" "${p:-0}" \
-                "$(pratio origin-firstwrite snapfg-persistent origin-firstwrite snapfg-transient "$nj")" \
-                "$(pratio origin-firstwrite snapfg-persistent origin-firstwrite bare "$nj")" "${e:-?}" "${g:-?}" "${s:-?}" \
-                "$(ratio "${e:-0}" "${g:-0}")" "$(awk -v s="${s:-0}" -v e="${e:-0}" 'BEGIN { if (e > 0) printf "%.3f", s / e; else printf "n/a" }')"
+        echo "| system | workload | jobs | bare IOPS | transient IOPS | its IOPS | / transient | / bare | exceptions | commit calls | groups | syncs | exceptions / commit call | exceptions / group | syncs / exception |"
+        echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        for psys in snapfg-persistent snapfg-persistent-flush; do
+          has_system "$psys" || continue
+          for phase in firstwrite seqfirstwrite; do
+            w=origin-$phase
+            for nj in $NUMJOBS; do
+                b=$(get "$w" bare "$nj")
+                t=$(get "$w" snapfg-transient "$nj")
+                p=$(get "$w" "$psys" "$nj")
+                [ -n "$p" ] || continue
+                read -r e g sy c < <(awk -v n="$nj" -v ph="$phase" -v sys="$psys" '$1 == n && $2 == ph && ($7 == "" ? "snapfg-persistent" : $7) == sys { e += $3; g += $4; s += $5; c += $6 }
+                                      END { if (e) print e, g, s, c }' "$pstats"; echo)
+                printf '| %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$psys" "$w" "$nj" "${b:-0}" "${t:-0}" "${p:-0}" \
+                    "$(pratio "$w" "$psys" "$w" snapfg-transient "$nj")" \
+                    "$(pratio "$w" "$psys" "$w" bare "$nj")" "${e:-?}" "${c:-?}" "${g:-?}" "${sy:-?}" \
+                    "$(ratio "${e:-0}" "${c:-0}")" "$(ratio "${e:-0}" "${g:-0}")" \
+                    "$(awk -v s="${sy:-0}" -v e="${e:-0}" 'BEGIN { if (e > 0) printf "%.3f", s / e; else printf "n/a" }')"
+            done
+          done
         done
         echo
-        echo "Other persistent servers (same line): $(awk '$2 != "firstwrite" { printf "%s%s jobs %s: %s exceptions, %s groups, %s syncs", sep, $2, $1, $3, $4, $5; sep = "; " }' "$pstats")."
+        echo "Other persistent servers (same line): $(awk '$2 != "firstwrite" && $2 != "seqfirstwrite" { printf "%s%s jobs %s: %s exceptions, %s groups, %s syncs", sep, $2, $1, $3, $4, $5; sep = "; " }' "$pstats")."
     } >>"$md"
 fi
 
@@ -940,6 +1057,7 @@ if command -v gnuplot >/dev/null 2>&1; then
             snapfg-nosnap) echo '#7f7f7f' ;;
             snapfg-transient) echo '#009e73' ;;
             snapfg-persistent) echo '#0072b2' ;;
+            snapfg-persistent-flush) echo '#56b4e9' ;;
             snapfg-global) echo '#e69f00' ;;
             cow-4K) echo '#cc79a7' ;;
             cow-64K) echo '#8c564b' ;;
