@@ -85,6 +85,13 @@ struct persistent_store {
   uint64_t zeroed_through;      /* areas up to this are zero or in use */
   atomic_uint_least64_t metadata_areas; /* for usage: current_area + 1 */
 
+  /* Zeroing ahead of the allocator (see zero_data_ahead). */
+  atomic_uint_least64_t zeroing_from;  /* first chunk being zeroed, or none */
+  uint64_t zeroed_end;          /* chunks below are written (leader only) */
+  bool zero_ahead_off;          /* a zeroing write failed: stop trying */
+  void *zero_buf;               /* ZERO_AHEAD_IO bytes of zeroes */
+  pthread_cond_t zeroed;        /* zeroing_from cleared (under lock) */
+
   /* Statistics, for the benchmark and debug output. */
   pthread_mutex_t debug_lock;
   struct commit_debug debug;    /* -D snapfg.commit=1 (under debug_lock) */
@@ -286,6 +293,9 @@ zero_area (struct persistent_store *ps, uint64_t area)
   return r;
 }
 
+static void wait_zeroing (struct persistent_store *ps, uint64_t first,
+                          uint64_t n);
+
 static int
 persistent_alloc_run (struct snapfg_store *st, uint64_t want,
                       uint64_t *first, uint64_t *got)
@@ -318,9 +328,101 @@ persistent_alloc_run (struct snapfg_store *st, uint64_t want,
     n = end - chunk < want ? end - chunk : want;
     next = dm_skip_metadata (chunk + n, ppa);
   } while (!atomic_compare_exchange_weak (&st->next_chunk, &chunk, next));
+  wait_zeroing (ps, chunk, n);
   *first = chunk;
   *got = n;
   return 0;
+}
+
+/* Zeroing ahead of the allocator.  A sync that has to allocate blocks
+ * for the chunks it makes durable costs a journal commit; chunks already
+ * written (with zeroes) are plain overwrites, and their syncs measured
+ * shorter here (fdatasync of 40 KiB: 0.12-0.20 ms against 0.25-0.50 ms
+ * into a growing file; random first writes 1.3 x faster into a pre-zeroed
+ * store).  So while commits come in small groups the leader keeps a
+ * window of chunks past the allocator written with zeroes, a few MiB at a
+ * time; large groups (sequential writes) amortise their syncs already and
+ * skip it.  A chunk is never zeroed once allocated: the leader announces
+ * the range first (zeroing_from) and gives up if the allocator has got
+ * there; an allocator that takes chunks of an announced range waits until
+ * the zeroes are written before its data goes there.
+ */
+#define ZERO_AHEAD_WINDOW (8 * 1024 * 1024)  /* bytes zeroed at a time */
+#define ZERO_AHEAD_LOW (4 * 1024 * 1024)     /* start when less is left */
+#define ZERO_AHEAD_IO (1024 * 1024)
+#define ZERO_AHEAD_MAX_GROUP 64              /* pairs per round, at most */
+#define ZEROING_NONE UINT64_MAX
+
+static void
+zero_data_ahead (struct persistent_store *ps, size_t group)
+{
+  struct snapfg_store *st = &ps->base;
+  uint64_t next = atomic_load (&st->next_chunk);
+  uint64_t start, end, window = ZERO_AHEAD_WINDOW >> st->chunk_shift;
+  int r = 0;
+
+  if (ps->zero_ahead_off || group > ZERO_AHEAD_MAX_GROUP ||
+      st->dev.is_nbd || window == 0)
+    return;
+  if (ps->zeroed_end >= next + (ZERO_AHEAD_LOW >> st->chunk_shift))
+    return;                     /* enough zeroed space ahead */
+  start = ps->zeroed_end > next ? ps->zeroed_end : next;
+  end = start + window < st->max_chunks ? start + window : st->max_chunks;
+  if (start >= end)
+    return;
+
+  /* Announce, then look again: an allocator that got past 'start' in
+   * between wins (these chunks are its now), and one that gets there
+   * later sees the announcement and waits.
+   */
+  atomic_store (&ps->zeroing_from, start);
+  if (atomic_load (&st->next_chunk) > start) {
+    pthread_mutex_lock (&ps->lock);
+    atomic_store (&ps->zeroing_from, ZEROING_NONE);
+    pthread_cond_broadcast (&ps->zeroed);
+    pthread_mutex_unlock (&ps->lock);
+    return;
+  }
+  if (ps->zero_buf == NULL)
+    ps->zero_buf = calloc (1, ZERO_AHEAD_IO);
+  if (ps->zero_buf == NULL)
+    r = -ENOMEM;
+  for (uint64_t off = start << st->chunk_shift;
+       r == 0 && off < end << st->chunk_shift; off += ZERO_AHEAD_IO) {
+    uint64_t len = (end << st->chunk_shift) - off;
+
+    r = device_pwrite (&st->dev, ps->zero_buf,
+                       len < ZERO_AHEAD_IO ? len : ZERO_AHEAD_IO, off);
+  }
+  if (r == 0)
+    ps->zeroed_end = end;
+  else {
+    /* Only an optimisation: never let it fail a commit. */
+    snapfg_debug ("cow=%s: zeroing ahead of the allocator failed (%s); "
+                  "not trying again", st->dev.path, strerror (-r));
+    ps->zero_ahead_off = true;
+  }
+  pthread_mutex_lock (&ps->lock);
+  atomic_store (&ps->zeroing_from, ZEROING_NONE);
+  pthread_cond_broadcast (&ps->zeroed);
+  pthread_mutex_unlock (&ps->lock);
+}
+
+/* After taking [first, first + n): wait while the leader is zeroing a
+ * range these chunks are in.
+ */
+static void
+wait_zeroing (struct persistent_store *ps, uint64_t first, uint64_t n)
+{
+  uint64_t from = atomic_load (&ps->zeroing_from);
+
+  if (from == ZEROING_NONE || first + n <= from)
+    return;
+  pthread_mutex_lock (&ps->lock);
+  while ((from = atomic_load (&ps->zeroing_from)) != ZEROING_NONE &&
+         first + n > from)
+    pthread_cond_wait (&ps->zeroed, &ps->lock);
+  pthread_mutex_unlock (&ps->lock);
 }
 
 static void
@@ -436,6 +538,8 @@ lead_commits (struct persistent_store *ps, uint64_t mine)
     pthread_mutex_unlock (&ps->lock);
 
     r = zero_areas_ahead (ps, n);
+    if (r == 0)
+      zero_data_ahead (ps, n);
     if (r == 0)
       r = ps_sync (ps);
     if (r == 0) {
@@ -672,7 +776,9 @@ persistent_close (struct snapfg_store *st, bool clean)
                 (uint64_t) atomic_load (&ps->commit_calls));
   device_close (&st->dev);
   pthread_mutex_destroy (&ps->debug_lock);
+  pthread_cond_destroy (&ps->zeroed);
   pthread_mutex_destroy (&ps->lock);
+  free (ps->zero_buf);
   free (ps->queue);
   free (ps->batch);
   free (ps->area_buf);
@@ -955,6 +1061,8 @@ persistent_store_open (const struct snapfg_store_params *params,
   st->origin_size = params->origin_size;
   pthread_mutex_init (&ps->lock, NULL);
   pthread_mutex_init (&ps->debug_lock, NULL);
+  pthread_cond_init (&ps->zeroed, NULL);
+  atomic_init (&ps->zeroing_from, ZEROING_NONE);
   ps->waiters_tail = &ps->waiters;
 
   r = store_open_device (params, st);

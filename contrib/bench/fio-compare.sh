@@ -95,6 +95,7 @@
 #                  seqfirst = origin-seqfirstwrite, overwrite = the fill
 #                  pass + origin-overwrite(-512) + snapshot-randread-cow,
 #                  snapwrite = snapshot-randwrite
+#   T10_JOBS       job counts of the issue-10 target table [1 4]
 #   SIZE           origin size [1G]
 #   CHUNK_SIZE     snapfg chunk-size= [4K]
 #   SYSTEMS        systems to run [all of the above]
@@ -925,6 +926,7 @@ context_row() {  # context_row LABEL NW NS DW DS [JOBS]
 # --- issue 10: first writes -------------------------------------------------
 # The job counts the issue names (1 and 4 connections), those measured.
 T10_JOBS=$(for nj in ${T10_JOBS:-1 4}; do [[ " $NUMJOBS " != *" $nj "* ]] || printf '%s ' "$nj"; done)
+T10_JOBS=${T10_JOBS% }
 {
     echo
     echo "## Targets (issue 10: first writes with a snapshot)"
