@@ -1008,8 +1008,8 @@ if has_system snapfg-persistent || has_system snapfg-persistent-flush; then
             done
           done
         done
-        echo
-        echo "Other persistent servers (same line): $(awk '$2 != "firstwrite" && $2 != "seqfirstwrite" { printf "%s%s jobs %s: %s exceptions, %s groups, %s syncs", sep, $2, $1, $3, $4, $5; sep = "; " }' "$pstats")."
+        others=$(awk '$2 != "firstwrite" && $2 != "seqfirstwrite" { printf "%s%s %s jobs %s: %s exceptions, %s groups, %s syncs", sep, ($7 == "" ? "snapfg-persistent" : $7), $2, $1, $3, $4, $5; sep = "; " }' "$pstats")
+        [ -z "$others" ] || { echo; echo "Other persistent servers (same line): $others."; }
     } >>"$md"
 fi
 
