@@ -340,7 +340,7 @@ snapfg_snapshot_merge (struct snapfg_engine *e, const char *name)
   else if (atomic_load (&s->state) == SNAPSHOT_MERGING)
     problem = "it is already being merged";
   else if (!snapshot_is_valid (s))
-    problem = "it is Invalid";
+    problem = "it is Invalid (its contents are lost): drop it";
   else if (e->nsnapshots != 1)
     problem = "it is not the origin's only snapshot; drop the others first";
   else

@@ -215,7 +215,7 @@ def check_malformed(path):
          b'{"cmd":"set-block-size","block_size":4.096e3}\n', "block_size"),
         ("\"block_size\" beyond 64 bits",
          b'{"cmd":"set-block-size","block_size":99999999999999999999999}\n',
-         "block_size"),
+         "too big integer"),
         ("\"block_size\" 1024", b'{"cmd":"set-block-size","block_size":1024}\n',
          "512 or 4096"),
         ("\"block_size\" 4096 + 2^32 (must not wrap to 4096)",
