@@ -503,8 +503,8 @@ control_execute (struct snapfg_engine *e, const struct control_request *req,
    * name with odd characters cannot forge a log line.
    */
   asked = json_dumps (req->json, JSON_COMPACT);
-  snprintf (who, sizeof who, "control: pid %d uid %d: %s: ", (int) peer->pid,
-            (int) peer->uid, req->command->name);
+  snprintf (who, sizeof who, "control: pid %d uid %d: ", (int) peer->pid,
+            (int) peer->uid);
   if (r < 0) {
     /* What the engine said (with the details), else the handler's own
      * message, logged with who asked.
@@ -515,14 +515,16 @@ control_execute (struct snapfg_engine *e, const struct control_request *req,
       captured_len = strlen (captured);
     }
     log_captured (trouble, who);
-    snapfg_debug ("%s%s: refused", who, asked ? asked : "?");
+    snapfg_debug ("%s%s: %s: refused", who, req->command->name,
+                  asked ? asked : "?");
     line = control_error_reply (call.error);
     free (call.raw_reply);
   }
   else {
     log_captured (true, who);
     if (action)
-      snapfg_notice ("%s%s: done", who, asked ? asked : "?");
+      snapfg_notice ("%s%s: %s: done", who, req->command->name,
+                     asked ? asked : "?");
     line = call.raw_reply ? call.raw_reply : dump_line (call.reply);
   }
   free (asked);

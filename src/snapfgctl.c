@@ -118,6 +118,14 @@ inspect_help (FILE *fp)
            "also print every exception: old_chunk new_chunk");
 }
 
+static void
+help_help (FILE *fp)
+{
+  fprintf (fp, "usage: snapfgctl help [COMMAND]\n\n"
+           "The list of commands, or one command's usage (the same as "
+           "COMMAND --help).\n");
+}
+
 /* --- arguments --- */
 
 /* A size with nbdkit's suffixes (as nbdkit_parse_size takes them). */
@@ -791,6 +799,10 @@ main (int argc, char *argv[])
   cmd = cl.words[0];
 
   if (strcmp (cmd, "help") == 0) {
+    if (cl.nwords == 1 && cl.help) {
+      help_help (stdout);       /* help --help */
+      return EXIT_OK;
+    }
     if (cl.nwords == 1) {
       usage (stdout);
       return EXIT_OK;
@@ -820,7 +832,7 @@ main (int argc, char *argv[])
     return snapfgctl_inspect (cl.words[1], cl.exceptions, cl.json_output);
   }
   if (strcmp (cmd, "help") == 0 && cl.help) {
-    usage (stdout);
+    help_help (stdout);         /* help help */
     return EXIT_OK;
   }
   c = control_command_find (cmd);
