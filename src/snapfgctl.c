@@ -567,13 +567,17 @@ print_snapshot (json_t *sn)
   if (json_object_get (sn, "merge_total"))
     printf ("; merged %" PRIu64 " of %" PRIu64 " chunks",
             get_u64 (sn, "merge_done"), get_u64 (sn, "merge_total"));
+  if (strcmp (get_str (sn, "state"), "Invalid") == 0)
+    printf ("; its contents are lost: drop it and create a new one (with a "
+            "larger --cow-size if its store was full)");
   printf ("\n");
 }
 
 static void
 print_human (const struct control_command *c, const struct cmdline *cl,
-             json_t *r)
+             json_t *req, json_t *r)
 {
+  const char *name = get_str (req, "name");
   json_t *a, *x;
   size_t i;
 
@@ -623,20 +627,20 @@ print_human (const struct control_command *c, const struct cmdline *cl,
   case CONTROL_CREATE:
     x = json_object_get (r, "snapshot");
     printf ("created snapshot %s: %s store, chunk %" PRIu64 ", COW %s\n",
-            cl->words[1], get_str (x, "store"), get_u64 (x, "chunk_size"),
+            name, get_str (x, "store"), get_u64 (x, "chunk_size"),
             get_str (x, "cow"));
     break;
   case CONTROL_DROP:
-    printf ("dropped snapshot %s (its COW store is left as it is)\n",
-            cl->words[1]);
+    printf ("dropped snapshot %s (its COW store is left as it is)\n", name);
     break;
   case CONTROL_MERGE:
     if (option_value (cl, "wait") == NULL)
       printf ("merging snapshot %s into the origin (snapfgctl status shows "
-              "the progress)\n", cl->words[1]);
+              "the progress)\n", name);
     break;
   case CONTROL_SET_BLOCK_SIZE:
-    printf ("block size %s for new connections\n", cl->words[1]);
+    printf ("block size %" PRIu64 " for new connections\n",
+            get_u64 (req, "block_size"));
     break;
   default:
     /* A command without a human form yet: its reply as it is. */
@@ -732,8 +736,8 @@ run_command (const struct cmdline *cl, const struct control_command *c)
     return EXIT_UNREACHABLE;
   }
   reply = conn_call (&cn, req, &line);
-  json_decref (req);
   if (reply == NULL) {
+    json_decref (req);
     conn_close (&cn);
     return EXIT_UNREACHABLE;
   }
@@ -759,10 +763,10 @@ run_command (const struct cmdline *cl, const struct control_command *c)
   else if (cl->json_output)
     fputs (line, stdout);
   else
-    print_human (c, cl, reply);
+    print_human (c, cl, req, reply);
   if (c->cmd == CONTROL_MERGE && option_value (cl, "wait")) {
     fflush (stdout);
-    st = wait_for_merge (&cn, cl->words[1], cl->json_output);
+    st = wait_for_merge (&cn, get_str (req, "name"), cl->json_output);
   }
 
  out:
@@ -772,6 +776,7 @@ run_command (const struct cmdline *cl, const struct control_command *c)
   }
   json_decref (status_reply);
   json_decref (reply);
+  json_decref (req);
   free (line);
   conn_close (&cn);
   return st;
