@@ -31,11 +31,44 @@
 
 /* --- usage, from the table --- */
 
+/* The command as snapfgctl spells it ("checkpoint create"). */
+static const char *
+cli_name (const struct control_command *c)
+{
+  static char buf[64];
+  const char *dash = strchr (c->name, '-');
+
+  if (!(c->flags & CONTROL_CMD_TWO_WORDS) || dash == NULL)
+    return c->name;
+  snprintf (buf, sizeof buf, "%.*s %s", (int) (dash - c->name), c->name,
+            dash + 1);
+  return buf;
+}
+
+/* The command named by the first one or two words (NULL: none). */
+static const struct control_command *
+find_command (char **words, size_t nwords, size_t *used)
+{
+  const struct control_command *c = NULL;
+  char joined[128];
+
+  *used = 1;
+  if (nwords >= 2) {
+    snprintf (joined, sizeof joined, "%s-%s", words[0], words[1]);
+    c = control_command_find (joined);
+    if (c && (c->flags & CONTROL_CMD_TWO_WORDS)) {
+      *used = 2;
+      return c;
+    }
+  }
+  return control_command_find (words[0]);
+}
+
 /* "create NAME --cow PATH [--store persistent|transient] ..." */
 static void
 print_synopsis (FILE *fp, const struct control_command *c)
 {
-  fprintf (fp, "%s", c->name);
+  fprintf (fp, "%s", cli_name (c));
   for (size_t i = 0; i < control_nargs; ++i) {
     const struct control_arg *a = &control_args[i];
     bool required = a->flags & CONTROL_ARG_REQUIRED;
@@ -63,13 +96,13 @@ usage (FILE *fp)
            "Commands for a running server (nbdkit snapfg ... "
            "control=SOCKET):\n");
   for (size_t i = 0; i < CONTROL_NCOMMANDS; ++i) {
-    fprintf (fp, "  %-16s %s\n", control_commands[i].name,
+    fprintf (fp, "  %-20s %s\n", cli_name (&control_commands[i]),
              control_commands[i].summary);
   }
   fprintf (fp,
            "Other commands:\n"
-           "  %-16s %s\n"
-           "  %-16s %s\n"
+           "  %-20s %s\n"
+           "  %-20s %s\n"
            "\n"
            "Options (anywhere on the line):\n"
            "  -S, --socket=SOCKET  the server's control socket\n"
@@ -207,6 +240,7 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
   longopts = calloc (nglobal + control_nargs + 1, sizeof *longopts);
   cl->words = calloc (argc + 1, sizeof *cl->words);
   if (cl->opts == NULL || longopts == NULL || cl->words == NULL) {
+    free (longopts);
     fprintf (stderr, "snapfgctl: out of memory\n");
     return -1;
   }
@@ -294,9 +328,9 @@ add_arg (json_t *req, const struct control_command *c,
   char what[64];
 
   if (a->option)
-    snprintf (what, sizeof what, "%s --%s", c->name, a->option);
+    snprintf (what, sizeof what, "%s --%s", cli_name (c), a->option);
   else
-    snprintf (what, sizeof what, "%s %s", c->name, a->metavar);
+    snprintf (what, sizeof what, "%s %s", cli_name (c), a->metavar);
   switch (a->type) {
   case CONTROL_TYPE_SIZE: {
     uint64_t size;
@@ -353,7 +387,7 @@ build_request (const struct cmdline *cl, const struct control_command *c)
         a = &control_args[j];
     if (a == NULL) {
       fprintf (stderr, "snapfgctl: %s does not take --%s (see snapfgctl %s "
-               "--help)\n", c->name, cl->opts[i].name, c->name);
+               "--help)\n", cli_name (c), cl->opts[i].name, cli_name (c));
       goto usage;
     }
   }
@@ -375,10 +409,11 @@ build_request (const struct cmdline *cl, const struct control_command *c)
     if (value == NULL) {
       if (a->flags & CONTROL_ARG_REQUIRED) {
         if (a->option)
-          fprintf (stderr, "snapfgctl: %s needs --%s %s\n", c->name,
+          fprintf (stderr, "snapfgctl: %s needs --%s %s\n", cli_name (c),
                    a->option, a->metavar);
         else
-          fprintf (stderr, "snapfgctl: %s needs %s\n", c->name, a->metavar);
+          fprintf (stderr, "snapfgctl: %s needs %s\n", cli_name (c),
+                   a->metavar);
         goto usage;
       }
       continue;
@@ -389,8 +424,8 @@ build_request (const struct cmdline *cl, const struct control_command *c)
       goto usage;
   }
   if (word < cl->nwords) {
-    fprintf (stderr, "snapfgctl: %s: unexpected argument '%s'\n", c->name,
-             cl->words[word]);
+    fprintf (stderr, "snapfgctl: %s: unexpected argument '%s'\n",
+             cli_name (c), cl->words[word]);
     goto usage;
   }
   return req;
@@ -721,7 +756,7 @@ run_command (const struct cmdline *cl, const struct control_command *c)
     return EXIT_USAGE;
   if (cl->socket_path == NULL) {
     fprintf (stderr, "snapfgctl: %s: give the server's control socket with "
-             "-S SOCKET\n", c->name);
+             "-S SOCKET\n", cli_name (c));
     json_decref (req);
     return EXIT_USAGE;
   }
@@ -782,17 +817,14 @@ run_command (const struct cmdline *cl, const struct control_command *c)
   return st;
 }
 
-int
-main (int argc, char *argv[])
+/* Run what the command line asks for. */
+static int
+dispatch (struct cmdline cl)
 {
-  struct cmdline cl = { .socket_path = NULL };
   const struct control_command *c;
   const char *cmd;
+  size_t used;
 
-  if (parse_cmdline (argc, argv, &cl) < 0) {
-    fprintf (stderr, "Try 'snapfgctl help'.\n");
-    return EXIT_USAGE;
-  }
   if (cl.version) {
     printf ("snapfgctl %s\n", PACKAGE_VERSION);
     return EXIT_OK;
@@ -801,24 +833,25 @@ main (int argc, char *argv[])
     usage (cl.help ? stdout : stderr);
     return cl.help ? EXIT_OK : EXIT_USAGE;
   }
-  cmd = cl.words[0];
 
-  if (strcmp (cmd, "help") == 0) {
-    if (cl.nwords == 1 && cl.help) {
-      help_help (stdout);       /* help --help */
-      return EXIT_OK;
-    }
+  if (strcmp (cl.words[0], "help") == 0) {
+    /* help [COMMAND] is COMMAND --help. */
     if (cl.nwords == 1) {
-      usage (stdout);
+      if (cl.help)
+        help_help (stdout);     /* help --help */
+      else
+        usage (stdout);
       return EXIT_OK;
     }
-    if (cl.nwords > 2) {
-      fprintf (stderr, "snapfgctl: usage: help [COMMAND]\n");
-      return EXIT_USAGE;
-    }
-    cmd = cl.words[1];
+    cl.words++;
+    cl.nwords--;
     cl.help = true;
+    if (strcmp (cl.words[0], "help") == 0 && cl.nwords == 1) {
+      help_help (stdout);       /* help help */
+      return EXIT_OK;
+    }
   }
+  cmd = cl.words[0];
   if (strcmp (cmd, "inspect") == 0) {
     if (cl.help) {
       inspect_help (stdout);
@@ -836,19 +869,35 @@ main (int argc, char *argv[])
     }
     return snapfgctl_inspect (cl.words[1], cl.exceptions, cl.json_output);
   }
-  if (strcmp (cmd, "help") == 0 && cl.help) {
-    help_help (stdout);         /* help help */
-    return EXIT_OK;
-  }
-  c = control_command_find (cmd);
+  c = find_command (cl.words, cl.nwords, &used);
   if (c == NULL) {
     fprintf (stderr, "snapfgctl: unknown command '%s' (see snapfgctl "
              "help)\n", cmd);
     return EXIT_USAGE;
   }
+  /* The command's arguments follow its one or two words. */
+  cl.words += used - 1;
+  cl.nwords -= used - 1;
   if (cl.help) {
     command_help (stdout, c);
     return EXIT_OK;
   }
   return run_command (&cl, c);
+}
+
+int
+main (int argc, char *argv[])
+{
+  struct cmdline cl = { .socket_path = NULL };
+  int st;
+
+  if (parse_cmdline (argc, argv, &cl) < 0) {
+    fprintf (stderr, "Try 'snapfgctl help'.\n");
+    st = EXIT_USAGE;
+  }
+  else
+    st = dispatch (cl);         /* a copy: it may move cl.words */
+  free (cl.words);
+  free (cl.opts);
+  return st;
 }
