@@ -696,7 +696,10 @@ catalogue_snapshot_set_state (struct catalogue *cat, const char *name,
     json_decref (doc);
     return -ENOENT;
   }
-  json_object_set_new (rec, "state", json_string (state));
+  /* json_stringn, not json_string: src/json.c has a json_string of its
+   * own, which wins over jansson's at link time.
+   */
+  json_object_set_new (rec, "state", json_stringn (state, strlen (state)));
   if (strcmp (state, CATALOGUE_SNAPSHOT_MERGING) == 0)
     append_event (doc, "merge-started", name, NULL);
   r = commit (cat, doc);
