@@ -34,6 +34,12 @@
 #     itself).  snapfg opens it as Invalid: nbdinfo --list's description
 #     says Invalid, snapshot reads fail, and the origin export works
 #     (equals the file, accepts a write).
+# (e) snapfg's binding record survives the kernel.  snapfg creates a store
+#     (it writes its binding record into the header chunk after dm's 16
+#     bytes); the guest's kernel loads it and overflows it, so the kernel
+#     rewrites the header itself (valid = 0).  Bytes 16..511 of the
+#     header chunk are unchanged, snapfgctl inspect still shows the
+#     binding, and snapfg opens the store as Invalid.
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/guest/guest-lib.sh"
@@ -131,6 +137,20 @@ patch_file "$tmpdir/c-expect-origin.img" $((2 * MIB)) "$tmpdir/c-o1"
 guest_disk c-origin "$tmpdir/c-origin.img"
 guest_disk c-cow "$tmpdir/c-cow.img"
 
+# ---------------------------------------------------------------- (e)
+make_random_image "$tmpdir/e-origin.img" "$size"
+start_snapfg "$tmpdir/e.sock" "$tmpdir/e.pid" origin="$tmpdir/e-origin.img" cow="$tmpdir/e-cow.img" \
+    store=persistent chunk-size=4K
+stop_nbdkit "$tmpdir/e.pid"
+truncate -s $((64 * KIB)) "$tmpdir/e-cow.img"
+"$SNAPFGCTL" inspect "$tmpdir/e-cow.img" >"$tmpdir/e-inspect.out" 2>&1 || true
+grep -q '^binding: snapshot snapshot,' "$tmpdir/e-inspect.out" ||
+    check_fail "(e): snapfg's new store has no binding record: $(cat "$tmpdir/e-inspect.out")"
+dd if="$tmpdir/e-cow.img" of="$tmpdir/e-tail-before" bs=1 skip=16 count=496 status=none
+guest_file "$tmpdir/c-o1" e-o1
+guest_disk e-origin "$tmpdir/e-origin.img"
+guest_disk e-cow "$tmpdir/e-cow.img"
+
 # ---------------------------------------------------------------- (b) host
 # check_b SNAP-MD5 ORIGIN-MD5 DM-STATUS: snapfg opens the store the kernel
 # wrote in (b); the arguments are what the kernel reported.  Run from the
@@ -225,7 +245,7 @@ GUEST_CTL_HANDLER=ctl_handler
 
 cat >"$tmpdir/guest.sh" <<'GUEST'
 # --- runs in the guest (busybox sh), sourced by /init ---
-for s in a-origin a-cow b-origin b-cow c-origin c-cow; do
+for s in a-origin a-cow b-origin b-cow c-origin c-cow e-origin e-cow; do
     d=$(disk_by_serial "$s") || { fail "no virtio disk with serial $s"; continue; }
     eval "$(echo "$s" | tr - _)=$d"
 done
@@ -334,6 +354,23 @@ if dmc create sfg-c-snap --table "0 $SECTORS snapshot $c_origin $c_cow P 8" 2>/t
 else
     fail "(c) dmsetup create: $(cat /tmp/dm.err) $(dmesg | tail -n 5)"
 fi
+
+say "=== (e) the kernel rewrites the header of snapfg's store ==="
+step "(e) dmsetup create"
+if dmc create sfg-e-snap --table "0 $SECTORS snapshot $e_origin $e_cow P 8" 2>/tmp/dm.err &&
+   dmc create sfg-e-origin --table "0 $SECTORS snapshot-origin $e_origin" 2>>/tmp/dm.err; then
+    write_at /dev/mapper/sfg-e-origin /data/e-o1 65536 32 || true
+    sync
+    st=$(dmc status sfg-e-snap 2>&1)
+    say "dmsetup status sfg-e-snap: $st"
+    case $st in *Invalid*) say "ok: (e) the kernel invalidated snapfg's store" ;;
+                *) fail "(e) the kernel did not invalidate the overflowing store: $st" ;; esac
+    dmc remove sfg-e-origin || fail "(e) dmsetup remove sfg-e-origin"
+    dmc remove sfg-e-snap || fail "(e) dmsetup remove sfg-e-snap"
+    sync "$e_cow" "$e_origin"
+else
+    fail "(e) dmsetup create over snapfg's store: $(cat /tmp/dm.err) $(dmesg | tail -n 5)"
+fi
 GUEST
 
 guest_run "$tmpdir/guest.sh" || true
@@ -418,4 +455,22 @@ assert h.pread(8192, 4 * 2**20 + 4096) == buf
 h.shutdown()
 PY
 stop_nbdkit "$tmpdir/c.pid"
+
+# ---------------------------------------------------------------- (e) host
+info "(e) snapfg's binding record after the kernel rewrote the header"
+valid=$(header_field "$tmpdir/e-cow.img" 1)
+[ "$valid" = 0 ] && info "ok: (e): the kernel wrote valid = 0" ||
+    check_fail "(e): after the overflow the header says valid = $valid"
+dd if="$tmpdir/e-cow.img" of="$tmpdir/e-tail-after" bs=1 skip=16 count=496 status=none
+check_files "$tmpdir/e-tail-after" "$tmpdir/e-tail-before" \
+    "(e): bytes 16..511 of the header chunk (merge mark, binding) are as snapfg wrote them"
+"$SNAPFGCTL" inspect "$tmpdir/e-cow.img" >"$tmpdir/e-inspect2.out" 2>&1 || true
+grep -q '^binding: snapshot snapshot,.* state attached' "$tmpdir/e-inspect2.out" &&
+    info "ok: (e): snapfgctl inspect still reads the binding: $(grep '^binding:' "$tmpdir/e-inspect2.out")" ||
+    check_fail "(e): the binding after the kernel: $(cat "$tmpdir/e-inspect2.out")"
+start_snapfg "$tmpdir/e.sock" "$tmpdir/e.pid" origin="$tmpdir/e-origin.img" cow="$tmpdir/e-cow.img"
+nbdinfo --list "$(uri "$tmpdir/e.sock")" 2>&1 | grep -q 'Invalid' &&
+    info "ok: (e): snapfg opens the store the kernel invalidated as Invalid" ||
+    check_fail "(e): snapfg's description of the store is not Invalid"
+stop_nbdkit "$tmpdir/e.pid"
 finish

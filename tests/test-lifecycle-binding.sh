@@ -127,6 +127,8 @@ start_refused "cow= on a catalogue's store without state=" "$K" "belongs to a ca
     origin="$origin" cow="$K"
 start_refused "cow= on a catalogue's store with another catalogue" "$K" "another catalogue" \
     origin="$origin" cow="$K" state="$tmpdir/state5b.json"
+[ ! -e "$tmpdir/state5b.json" ] && info "ok: the refused start left no new catalogue behind" ||
+    check_fail "the refused start left $tmpdir/state5b.json"
 
 info "=== 6. a store without a binding record (as the kernel writes one)"
 make_cow build --origin "$origin" --chunk-size 4096 --exceptions 100 \
