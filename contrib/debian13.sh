@@ -145,6 +145,9 @@ else
     rm -f "$work/debootstrap-$$.log"
     fresh=1
 fi
+# mktemp made it 0700 (and the tarball's "." kept that): the root's / must
+# be 0755, or no user but root can run anything in it (tests run as nobody)
+chmod 0755 "$root"
 grep -q '^VERSION_ID="13"' "$root/etc/os-release" ||
     die "the root is not Debian 13: $(grep PRETTY_NAME "$root/etc/os-release")"
 # resolv.conf for apt inside the root

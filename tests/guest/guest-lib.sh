@@ -6,6 +6,8 @@
 #   guest_nbd_port NAME SOCK            # a virtio-serial port dialled to SOCK
 #   guest_disk SERIAL FILE [ro]         # FILE as a raw virtio disk
 #   guest_nbd_disk SERIAL SOCK EXPORT [ro]   # QEMU's NBD client as a virtio disk
+#   guest_nbd_uri_disk SERIAL SOCK EXPORT [OPT=V...]  # the same from an NBD URI,
+#                                       # with nbd driver options (reconnect-delay=)
 #   guest_file SRC NAME                 # ship SRC into the guest as /data/NAME
 #   guest_set VAR VALUE                 # shell variable for the guest script
 #   GUEST_CTL_HANDLER=func              # optional: host answers guest requests
@@ -451,6 +453,21 @@ guest_nbd_disk() {
     [ -z "$3" ] || file+=":exportname=$3"     # none: the default export ""
     _guest_qemu_args+=(-drive "if=none,id=disk$_guest_ndisks,file=$file,format=raw,cache=none,discard=unmap,readonly=$ro"
                        -device "virtio-blk-pci,drive=disk$_guest_ndisks,serial=$1,event_idx=off")
+}
+
+# guest_nbd_uri_disk SERIAL SOCK EXPORT [NBD-OPTION...]: like
+# guest_nbd_disk, but QEMU opens an NBD URI
+# (file=nbd+unix:///EXPORT?socket=SOCK) and takes options of its nbd
+# driver, e.g. reconnect-delay=60: requests wait up to 60 s for the
+# server to come back instead of failing.
+guest_nbd_uri_disk() {
+    local serial=$1 sock=$2 exp=$3 o opts=""
+    shift 3
+    _guest_need_path "$sock"
+    for o in "$@"; do opts+=",file.$o"; done
+    _guest_ndisks=$((_guest_ndisks + 1))
+    _guest_qemu_args+=(-drive "if=none,id=disk$_guest_ndisks,file=nbd+unix:///$exp?socket=$sock$opts,format=raw,cache=none,discard=unmap"
+                       -device "virtio-blk-pci,drive=disk$_guest_ndisks,serial=$serial,event_idx=off")
 }
 
 # QEMU's option syntax splits on ',' and the nbd: syntax on ':'.
