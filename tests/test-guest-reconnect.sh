@@ -73,14 +73,16 @@ base=$((2 * MIB / 65536))
                     oflag=direct conv=notrunc 2>/tmp/wdd.err; then
                 echo "pass $pass block $i: $(cat /tmp/wdd.err | tr '\n' ' ')" >>/tmp/werr
             fi
-            echo $((pass * NBLOCKS + i + 1)) >/tmp/wcount
+            # renamed into place: a reader never sees a half-written file
+            echo $((pass * NBLOCKS + i + 1)) >/tmp/wcount.tmp
+            mv /tmp/wcount.tmp /tmp/wcount
             i=$((i + 1))
         done
         pass=$((pass + 1))
     done
 ) &
 wpid=$!
-wcount() { cat /tmp/wcount 2>/dev/null || echo 0; }
+wcount() { c=$(cat /tmp/wcount 2>/dev/null); echo "${c:-0}"; }
 wait_progress() {   # wait_progress N: until N more blocks are written (<= 120 s)
     want=$(($(wcount) + $1)) t=0
     while [ "$(wcount)" -lt "$want" ] && [ "$t" -lt 1200 ]; do usleep 100000; t=$((t + 1)); done
