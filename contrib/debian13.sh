@@ -7,7 +7,8 @@
 #
 # Steps:
 #  1. The root: unpacked from the cache tarball if there is one (made
-#     at most SNAPFG_D13_MAX_AGE days ago), else made with
+#     at most SNAPFG_D13_MAX_AGE days ago; brought up to date and saved
+#     again when contrib/run.sh has changed since), else made with
 #     "debootstrap --variant=minbase trixie" from the Debian archive this
 #     machine's apt is configured with (read from
 #     /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list),
@@ -39,6 +40,10 @@ cache=${SNAPFG_D13_CACHE:-/var/cache/snapfg}
 work=${SNAPFG_D13_WORK:-/var/tmp}
 max_age=${SNAPFG_D13_MAX_AGE:-7}
 tarball=$cache/debian13-root.tar.gz
+# the cached root's packages are those of this run.sh: when it changes,
+# the root gets the new packages and is saved again
+stampfile=$cache/debian13-root.stamp
+stamp=$(sha256sum "$top/contrib/run.sh" | cut -c1-16)
 guest_cache=$cache/guest-debian13
 export PATH="/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 
@@ -135,6 +140,10 @@ if [ "${SNAPFG_D13_REFRESH:-0}" != 1 ] && [ -s "$tarball" ] &&
    [ -z "$(find "$tarball" -mtime +"$max_age" 2>/dev/null)" ]; then
     say "unpacking the cached root $tarball ($(du -h "$tarball" | cut -f1), $(date -r "$tarball" '+%F %R'))"
     tar -xzf "$tarball" -C "$root" --numeric-owner
+    if [ "$(cat "$stampfile" 2>/dev/null)" != "$stamp" ]; then
+        say "contrib/run.sh changed since the root was cached: updating its packages"
+        fresh=1
+    fi
 else
     mirror=${SNAPFG_D13_MIRROR:-$(debian_mirror)}
     say "debootstrap --variant=minbase $suite from $mirror"
@@ -171,7 +180,7 @@ say "copied the source tree to $root/src ($(du -sh "$root/src" | cut -f1)) in $(
 
 if [ "$fresh" = 1 ]; then
     t0=$SECONDS
-    say "installing the packages in the new root (contrib/run.sh deps)"
+    say "installing the packages in the root (contrib/run.sh deps)"
     in_root bash -c 'cd /src && contrib/run.sh deps'
     in_root apt-get clean
     # save it without the mounts and the source tree
@@ -180,6 +189,7 @@ if [ "$fresh" = 1 ]; then
     tar -czf "$tarball.tmp" -C "$root" --numeric-owner --one-file-system \
         --exclude=./src --exclude=./root/.cache/snapfg-guest .
     mv "$tarball.tmp" "$tarball"
+    echo "$stamp" >"$stampfile"
     mount_all
     say "packages installed and root cached in $((SECONDS - t0)) s"
 fi
