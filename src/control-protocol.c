@@ -161,7 +161,7 @@ control_parse_request (const char *line, size_t len,
   required_name = req->cmd == CONTROL_CREATE || req->cmd == CONTROL_DROP ||
     req->cmd == CONTROL_MERGE || req->cmd == CONTROL_CHANGED;
   if (get_string (v, "name", required_name, &req->name, err, err_len) < 0 ||
-      get_string (v, "cow", req->cmd == CONTROL_CREATE, &req->cow,
+      get_string (v, "cow", false, &req->cow,
                   err, err_len) < 0 ||
       get_string (v, "store", false, &req->store, err, err_len) < 0 ||
       get_size (v, "chunk_size", false, &req->chunk_size, err, err_len) < 0 ||
