@@ -10,7 +10,9 @@
 #     (ORIGIN= pointed at a test disk), start the built plugin; the
 #     origin export serves the disk; after SIGKILL the same lines (what
 #     Restart=on-failure runs) start it again over the stale socket and
-#     the origin holds what was written.  (Run only when the plugin knows
+#     the origin holds what was written, and a snapshot created through
+#     the control socket without --cow (its store in the state directory)
+#     comes back from the catalogue.  (Run only when the plugin knows
 #     state=.)
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
@@ -75,6 +77,7 @@ mkdir -p "$run" "$state"
 chmod 0700 "$state"
 size=$((4 * 1024 * 1024))
 make_random_image "$tmpdir/disk.img" "$size"
+cp "$tmpdir/disk.img" "$tmpdir/disk-orig.img"
 # The environment file as systemd reads it (KEY=value lines), ORIGIN=
 # pointed at the test disk.
 declare -A env=()
@@ -131,6 +134,14 @@ start_unit
 nbdcopy "$(uri "$sock" origin)" "$tmpdir/got.img"
 cmp "$tmpdir/got.img" "$tmpdir/disk.img" && info "ok: the unit's server serves ORIGIN" ||
     check_fail "the unit's server does not serve ORIGIN byte for byte"
+# a snapshot in the state directory (create without --cow, via state=)
+ctl=$run/control.sock
+[ -S "$ctl" ] || check_fail "no control socket at $ctl"
+"$SNAPFGCTL" -S "$ctl" create nightly >"$tmpdir/create.out" 2>&1 ||
+    check_fail "snapfgctl create nightly (no --cow) failed: $(cat "$tmpdir/create.out")"
+ls "$state"/*.d/nightly.cow >/dev/null 2>&1 &&
+    info "ok: the snapshot's store is in the state directory: $(cd "$state" && ls -d ./*.d/nightly.cow)" ||
+    check_fail "no nightly.cow under $state: $(cd "$state" && find . | tr '\n' ' ')"
 head -c 65536 /dev/urandom >"$tmpdir/w.bin"
 "$PY" - "$(uri "$sock" origin)" "$tmpdir/w.bin" <<'EOF'
 import nbd, sys
@@ -140,7 +151,7 @@ h.pwrite(open(sys.argv[2], 'rb').read(), 65536)
 h.flush()
 h.shutdown()
 EOF
-cp "$tmpdir/disk.img" "$tmpdir/expect.img"
+cp "$tmpdir/disk-orig.img" "$tmpdir/expect.img"
 dd if="$tmpdir/w.bin" of="$tmpdir/expect.img" bs=65536 seek=1 conv=notrunc status=none
 
 # what Restart=on-failure does after a crash: the same lines again
@@ -151,5 +162,12 @@ nbdcopy "$(uri "$sock" origin)" "$tmpdir/got2.img"
 cmp "$tmpdir/got2.img" "$tmpdir/expect.img" &&
     info "ok: restarted by the unit's command lines over the stale socket; the origin holds the write" ||
     check_fail "after the restart the origin differs from what was written"
+"$SNAPFGCTL" -S "$ctl" list >"$tmpdir/list.out" 2>&1 || true
+grep -q nightly "$tmpdir/list.out" && info "ok: the catalogue in the state directory brought snapshot nightly back" ||
+    check_fail "after the restart snapshot nightly is gone: $(cat "$tmpdir/list.out")"
+nbdcopy "$(uri "$sock" nightly)" "$tmpdir/nightly.img" 2>"$tmpdir/nightly.err" ||
+    check_fail "nbdcopy of nightly failed: $(cat "$tmpdir/nightly.err")"
+cmp -s "$tmpdir/nightly.img" "$tmpdir/disk-orig.img" && info "ok: nightly = the disk as it was at create" ||
+    check_fail "nightly differs from the disk at create"
 stop_unit TERM
 finish
