@@ -34,6 +34,7 @@
 
 #include "store.h"
 #include "dm-format.h"
+#include "store-binding.h"
 #include "snapfg-log.h"
 
 /* A commit call asleep until its pairs are durable, or until it is its
@@ -113,6 +114,12 @@ struct persistent_store {
   bool recovered;               /* opened unsynced from this boot: whole */
   bool torn;                    /* opened unsynced from an earlier boot */
   bool merging;                 /* the header carries snapfg's merge mark */
+
+  /* Header bytes past dm's and the merge mark: the binding record
+   * (store-binding.h), or whatever was there, rewritten as it is with
+   * every header write.
+   */
+  unsigned char binding_raw[STORE_BINDING_SIZE];
 };
 
 static struct persistent_store *
@@ -272,6 +279,7 @@ write_header (struct persistent_store *ps, uint32_t valid)
     memcpy (h.snapfg_unsynced_boot, ps->boot_id,
             strnlen (ps->boot_id, SNAPFG_UNSYNCED_BOOT_LEN));
   dm_header_encode (&h, buf);
+  memcpy (buf + STORE_BINDING_OFFSET, ps->binding_raw, STORE_BINDING_SIZE);
   return device_pwrite (&ps->base.dev, buf, sizeof buf, 0);
 }
 
@@ -722,6 +730,33 @@ persistent_invalidate (struct snapfg_store *st)
   pthread_mutex_unlock (&ps->lock);
 }
 
+static int
+persistent_mark_dropped (struct snapfg_store *st)
+{
+  struct persistent_store *ps = ps_of (st);
+  struct store_binding b;
+  int r = 0;
+
+  /* valid = 0 is what the kernel understands too; the binding says why. */
+  pthread_mutex_lock (&ps->lock);
+  if (!st->dev.readonly) {
+    if (binding_decode (ps->binding_raw, &b) == 0 && b.present) {
+      b.state = BINDING_DROPPED;
+      binding_encode (&b, ps->binding_raw);
+    }
+    ps->invalidated = true;
+    ps->marked = false;         /* dropped for good, not just unsynced */
+    r = write_header (ps, 0);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r < 0)
+      snapfg_error ("cow=%s: could not mark the dropped store on disk: %s",
+                    st->dev.path, strerror (-r));
+  }
+  pthread_mutex_unlock (&ps->lock);
+  return r;
+}
+
 static void
 persistent_usage (const struct snapfg_store *st, uint64_t *allocated,
                   uint64_t *total, uint64_t *metadata)
@@ -876,6 +911,7 @@ static const struct snapfg_store_ops persistent_ops = {
   .commit = persistent_commit,
   .flush = persistent_flush,
   .invalidate = persistent_invalidate,
+  .mark_dropped = persistent_mark_dropped,
   .usage = persistent_usage,
   .merge_begin = persistent_merge_begin,
   .merge_last = persistent_merge_last,
@@ -921,8 +957,7 @@ check_unsynced_mark (struct persistent_store *ps, const char *path,
                      struct dm_header *h)
 {
   struct snapfg_store *st = &ps->base;
-  char now[SNAPFG_BOOT_ID_MAX];
-  int r;
+  char now[SNAPFG_BOOT_ID_MAX] = "";
 
   if (h->valid != 0) {
     snapfg_error ("cow=%s: the header says valid = %" PRIu32 " and carries "
@@ -939,6 +974,11 @@ check_unsynced_mark (struct persistent_store *ps, const char *path,
     st->opened_invalid = false;
     h->valid = 1;               /* what it says once the mark is gone */
     ps->recovered = true;
+    /* Until set_unsynced_mark has synced, any header written keeps the
+     * mark (and valid = 0 on disk).
+     */
+    ps->marked = true;
+    snprintf (ps->boot_id, sizeof ps->boot_id, "%s", h->snapfg_unsynced_boot);
     return 0;
   }
   snapfg_error ("cow=%s: the system stopped uncleanly (boot %s, now %s) "
@@ -947,26 +987,18 @@ check_unsynced_mark (struct persistent_store *ps, const char *path,
                 "Invalid and its export fails every request", path,
                 h->snapfg_unsynced_boot, now[0] ? now : "unknown");
   st->opened_invalid = true;
-  ps->torn = true;
-  if (st->dev.readonly)
-    return 0;
-  /* Invalid for good: drop the mark, so that no later boot id can match. */
-  ps->marked = false;
-  ps->merging = false;
-  r = write_header (ps, 0);
-  if (r == 0)
-    r = ps_sync (ps);
-  if (r < 0)
-    snapfg_error ("cow=%s: could not write the Invalid header: %s",
-                  path, strerror (-r));
+  ps->torn = true;              /* set_unsynced_mark drops the mark */
   return 0;
 }
 
-/* After opening: with durability=flush, mark the store unsynced (this
- * boot's id, valid = 0 on disk) before anything is written without a
- * sync.  Without it, a store found unsynced from a process crash of this
- * boot is made durable and unmarked first, since commits will be synced
- * from now on.
+/* At the end of opening (after the binding checks, which may refuse
+ * the store without anything written): a store found unsynced from an
+ * earlier boot becomes Invalid for good, without the mark, so that no
+ * later boot id can match.  With durability=flush, mark the store
+ * unsynced (this boot's id, valid = 0 on disk) before anything is
+ * written without a sync.  Without it, a store found unsynced from a
+ * process crash of this boot is made durable and unmarked first, since
+ * commits will be synced from now on.
  */
 static int
 set_unsynced_mark (struct persistent_store *ps,
@@ -975,6 +1007,17 @@ set_unsynced_mark (struct persistent_store *ps,
   struct snapfg_store *st = &ps->base;
   int r;
 
+  if (ps->torn && !st->dev.readonly) {
+    ps->marked = false;
+    ps->merging = false;
+    r = write_header (ps, 0);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r < 0)
+      snapfg_error ("cow=%s: could not write the Invalid header: %s",
+                    params->path, strerror (-r));
+    return 0;
+  }
   if (st->opened_invalid || st->dev.readonly)
     return 0;
   if (params->unsynced) {
@@ -1004,6 +1047,71 @@ set_unsynced_mark (struct persistent_store *ps,
     snapfg_error ("cow=%s: cannot write the header: %s",
                   params->path, strerror (-r));
   return r;
+}
+
+/* Read the binding record of an existing store and decide, for the
+ * opener in params->bind, whether it may be attached; prepare the
+ * record to write (*write_binding: an existing store's record changes).
+ */
+static int
+check_binding (struct persistent_store *ps,
+               const struct snapfg_store_params *params,
+               const struct dm_header *h, enum dm_header_kind kind,
+               bool *write_binding)
+{
+  const struct binding_want *want = params->bind;
+  struct store_binding found = { 0 }, b;
+  unsigned char sector[512], encoded[STORE_BINDING_SIZE];
+  int r;
+
+  if (kind == DM_HEADER_VALID) {
+    r = device_pread (&ps->base.dev, sector, sizeof sector, 0);
+    if (r < 0) {
+      snapfg_error ("cow=%s: cannot read the header: %s", params->path,
+                    strerror (-r));
+      return r;
+    }
+    memcpy (ps->binding_raw, sector + STORE_BINDING_OFFSET,
+            STORE_BINDING_SIZE);
+    if (binding_decode (ps->binding_raw, &found) < 0) {
+      snapfg_error ("cow=%s: the snapfg binding record in the header is "
+                    "damaged (checksum mismatch); refusing to use the "
+                    "store (the file is left unchanged; snapfgctl inspect "
+                    "shows the rest of it)", params->path);
+      return -EINVAL;
+    }
+    if (found.present)
+      snprintf (ps->base.uuid, sizeof ps->base.uuid, "%s", found.uuid);
+  }
+  if (want == NULL || want->request == BIND_NONE)
+    return 0;
+
+  if (kind == DM_HEADER_EMPTY) {
+    if (want->request == BIND_RESTORE) {
+      snapfg_error ("cow=%s: the catalogue's snapshot \"%s\" should be in "
+                    "this file, but it holds no store (empty or all "
+                    "zero); put the store back, or remove the snapshot's "
+                    "record from the catalogue", params->path, want->name);
+      return -EINVAL;
+    }
+    binding_make (want, NULL, &b);
+    binding_encode (&b, ps->binding_raw);
+    snprintf (ps->base.uuid, sizeof ps->base.uuid, "%s", b.uuid);
+    return 0;
+  }
+
+  r = binding_check (want, params->path, &found,
+                     h->snapfg_merging && h->valid, h->valid != 0);
+  if (r < 0 || h->valid == 0)
+    return r;                   /* an Invalid store is not written to */
+  binding_make (want, &found, &b);
+  binding_encode (&b, encoded);
+  if (memcmp (encoded, ps->binding_raw, STORE_BINDING_SIZE) != 0) {
+    memcpy (ps->binding_raw, encoded, STORE_BINDING_SIZE);
+    *write_binding = true;
+  }
+  snprintf (ps->base.uuid, sizeof ps->base.uuid, "%s", b.uuid);
+  return 0;
 }
 
 /* Start a new store in an empty or all-zero COW device. */
@@ -1050,6 +1158,7 @@ persistent_store_open (const struct snapfg_store_params *params,
   struct dm_header h;
   enum dm_header_kind kind;
   uint64_t origin_chunks, areas;
+  bool write_binding = false;
   char why[256];
   int r;
 
@@ -1112,6 +1221,15 @@ persistent_store_open (const struct snapfg_store_params *params,
   st->chunk_shift = __builtin_ctz (st->chunk_size);
   ps->pairs_per_area = dm_pairs_per_area (st->chunk_size);
 
+  /* Who may attach this store (store-binding.c).  Refused: nothing is
+   * written.
+   */
+  r = check_binding (ps, params, &h, kind, &write_binding);
+  if (r < 0) {
+    store_discard_new (st);
+    return r;
+  }
+
   ps->area_buf = calloc (1, st->chunk_size);
   if (ps->area_buf == NULL) {
     store_discard_new (st);
@@ -1143,6 +1261,18 @@ persistent_store_open (const struct snapfg_store_params *params,
   else if (st->opened_invalid && !ps->torn)
     snapfg_error ("cow=%s: the store is marked Invalid (valid = 0): the "
                   "snapshot's export fails every request", params->path);
+  else if (write_binding) {
+    r = write_header (ps, 1);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r < 0) {
+      snapfg_error ("cow=%s: cannot write the binding record into the "
+                    "header: %s", params->path, strerror (-r));
+      free (ps->area_buf);
+      store_discard_new (st);
+      return r;
+    }
+  }
 
   r = set_unsynced_mark (ps, params);
   if (r < 0) {
