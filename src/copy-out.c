@@ -1,6 +1,6 @@
 /* snapfg: the exclusive path — copying an origin chunk into a snapshot's
  * COW store and publishing the exception (the A → B → C → D walk of
- * DESIGN.md section 3).
+ * docs/design.md section 3).
  */
 
 #include <config.h>

@@ -3,11 +3,15 @@
  * A device is a regular file, a block device, or an NBD export named by
  * a URI (nbd://, nbd+unix://, and the other forms libnbd accepts; see
  * device-nbd.c).  Every backend implements struct device_ops; the
- * device_* functions below dispatch to it, so callers never look at the
- * backend.  All I/O is positioned and every function may be called from
- * many threads at once on one device.  Functions return 0 or a negative
- * errno and never log: callers know which disk it was and say so (with
- * device_strerror for the reason an open failed).
+ * device_* functions below dispatch to it.  Callers read the fields of
+ * struct snapfg_device that describe any disk (path, size, fixed_size,
+ * can_flush, readonly); the backend-specific ones (fd, is_block, st_*,
+ * priv) are the backends' own, and only the transient store still tests
+ * is_nbd (see docs/design.md section 9).  All I/O is positioned and
+ * every function may be called from many threads at once on one device.
+ * Functions return 0 or a negative errno and never log: callers know
+ * which disk it was and say so (with device_strerror for the reason an
+ * open failed).
  */
 #ifndef SNAPFG_DEVICE_H
 #define SNAPFG_DEVICE_H

@@ -1,5 +1,6 @@
-/* snapfg: engine internals shared by engine.c, io-origin.c and
- * io-snapshot.c.  Not for the plugin.
+/* snapfg: engine internals shared by the engine's own files (engine.c,
+ * io-origin.c, io-snapshot.c, copy-out.c, merge.c).  Not for the plugin,
+ * the control server or snapfgctl, which use engine.h.
  */
 #ifndef SNAPFG_ENGINE_INTERNAL_H
 #define SNAPFG_ENGINE_INTERNAL_H

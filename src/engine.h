@@ -1,5 +1,5 @@
 /* snapfg: the engine — an origin and point-in-time snapshots of it, with
- * dm-snapshot semantics (see ../shared/DESIGN.md, kept in README.md).
+ * dm-snapshot semantics (see docs/design.md).
  *
  * All request functions return 0 or a negative errno.  They may be called
  * from any number of threads at once.

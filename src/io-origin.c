@@ -68,7 +68,7 @@ needs_copy_out (struct snapfg_engine *e, uint32_t count, uint64_t offset)
 
 /* Copy out every chunk of [offset, offset+count) into every valid
  * snapshot that does not hold it yet.  A snapshot whose store is full or
- * failed becomes Invalid and the origin change goes ahead (DESIGN.md
+ * failed becomes Invalid and the origin change goes ahead (docs/design.md
  * section 6); an origin read error is returned to the client.
  */
 static int

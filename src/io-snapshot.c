@@ -4,7 +4,7 @@
  * the COW store; the rest is read from the origin.  Those origin reads
  * are tracked in the exception table while in flight, so that a copy-out
  * of the same chunk cannot let an origin write overwrite the data under
- * them (DESIGN.md section 3).
+ * them (docs/design.md section 3).
  */
 
 #include <config.h>

@@ -132,9 +132,13 @@ thread_slot_slow (struct percpu_rwlock *lock)
     pthread_setspecific (exit_key, thread_cache);
   pthread_mutex_unlock (&live_locks_mutex);
   if (free_entry < 0) {
-    /* More live locks than cache entries in one thread: give the oldest
-     * entry's slot back (it is not held: a thread holds at most one read
-     * lock per lock at a time in snapfg) and reuse the entry.
+    /* Every cache entry is taken (by live locks, or by locks destroyed
+     * while this thread kept an entry for them): give back all of this
+     * thread's slots, since release_thread_slots empties the whole cache,
+     * and start again at entry 0.  That is only safe because the thread
+     * holds no read lock of another lock while it takes this one's first:
+     * a snapfg process has one such lock (the engine's geometry), so the
+     * cache only fills up in tests and benchmarks that make many locks.
      */
     release_thread_slots (NULL);
     free_entry = 0;

@@ -1,5 +1,5 @@
 /* snapfg: the persistent exception store, in Linux dm-snapshot's on-disk
- * format (dm-format.h, DESIGN.md section 5).
+ * format (dm-format.h, docs/design.md section 5).
  *
  * Crash safety comes from ordering.  A copy-out writes the chunk's data,
  * then commits the exception: the data is made durable, then the
@@ -364,9 +364,13 @@ persistent_invalidate (struct snapfg_store *st)
   struct persistent_store *ps = ps_of (st);
   int r;
 
-  /* Say it on disk, durably, so that a restart keeps it Invalid.  Under
-   * the commit lock so that no batch is being written meanwhile... the
-   * leader runs unlocked, but the header is a different chunk.
+  /* Say it on disk, durably, so that a restart keeps it Invalid.  The
+   * commit lock orders this header write with the other header writers
+   * (set_merge_mark) and makes the 'invalidated' check-and-set atomic.  It
+   * does not stop a commit leader, which writes metadata areas with the
+   * lock dropped; that is harmless, since the header is chunk 0 and no
+   * area ever is.  Pairs committed after this are never read back: a
+   * store whose header says valid = 0 is reopened without its table.
    */
   pthread_mutex_lock (&ps->lock);
   if (!ps->invalidated && !st->dev.readonly) {

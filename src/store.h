@@ -7,7 +7,7 @@
  *
  *   transient   exception table in memory only (dm's "N"); chunks are
  *               handed out by a bump pointer; every start is a new snapshot.
- *   persistent  dm-snapshot's on-disk format (DESIGN.md section 5): the
+ *   persistent  dm-snapshot's on-disk format (docs/design.md section 5): the
  *               table survives restarts and crashes.
  */
 #ifndef SNAPFG_STORE_H

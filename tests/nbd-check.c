@@ -1699,7 +1699,7 @@ check_snapshot_invalid (struct nbd_handle *hs, const char *uri_s,
     nbd_shutdown (h2, 0);
   }
   nbd_close (h2);
-  /* Flush last: "every request" includes flush (DESIGN.md section 6). */
+  /* Flush last: "every request" includes flush (docs/design.md section 6). */
   expect_errno (nbd_flush (hs, 0), EIO, "snapshot flush after Invalid");
   free (buf);
 }

@@ -62,7 +62,7 @@ info "positive controls started"
 bad origin="$origin" cow="$tmpdir/c.img" store=bogus -- store
 bad origin="$origin" cow="$tmpdir/c.img" store= -- store
 # The first version has only the transient store: store=persistent must
-# be refused naming store.  Once the persistent store (DESIGN.md section
+# be refused naming store.  Once the persistent store (docs/design.md section
 # 5) exists it must start on a new file, and must still refuse a COW
 # file that is neither all-zero nor a valid store, without writing it.
 rm -f "$tmpdir/p-new.img"

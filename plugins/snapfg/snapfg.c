@@ -470,7 +470,7 @@ static int
 plugin_can_multi_conn (void *handle)
 {
   /* A flush on any connection makes every completed write durable, on
-   * every export (DESIGN.md section 6).
+   * every export (docs/design.md section 6).
    */
   return 1;
 }
