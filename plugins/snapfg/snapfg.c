@@ -15,6 +15,8 @@
 #include <nbdkit-plugin.h>
 
 #include "engine.h"
+#include "cbt-bitmap.h"
+#include "checkpoint.h"
 #include "device.h"
 #include "control-server.h"
 #include "snapfg-log.h"
@@ -36,6 +38,8 @@ static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
 static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
 static char *control_path;
+static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
+static bool cbt_granularity_given;
 
 static struct snapfg_engine *engine;
 static struct control_server *control;
@@ -193,6 +197,17 @@ plugin_config (const char *key, const char *value)
       return -1;
     }
   }
+  else if (strcmp (key, "cbt-granularity") == 0) {
+    if (parse_size_param (key, value, &cbt_granularity) == -1)
+      return -1;
+    /* Checked against chunk-size= once every parameter is known. */
+    problem = cbt_check_granularity (cbt_granularity, 0);
+    if (problem) {
+      nbdkit_error ("cbt-granularity=%s: %s", value, problem);
+      return -1;
+    }
+    cbt_granularity_given = true;
+  }
   else if (strcmp (key, "control") == 0) {
     free (control_path);
     /* nbdkit changes directory when it forks: keep the path absolute. */
@@ -216,6 +231,7 @@ plugin_config_complete (void)
     .locking = locking,
     .block_size = block_size,
   };
+  const char *problem;
 
   if (origin_path == NULL) {
     nbdkit_error ("the origin= parameter is required "
@@ -234,7 +250,19 @@ plugin_config_complete (void)
     return -1;
   }
 
+  /* The default follows a chunk size larger than itself. */
+  if (!cbt_granularity_given && cbt_granularity < chunk_size)
+    cbt_granularity = chunk_size;
+  problem = cbt_check_granularity (cbt_granularity, chunk_size);
+  if (problem) {
+    nbdkit_error ("cbt-granularity=%" PRIi64 ": %s (chunk-size=%" PRIi64
+                  ")", cbt_granularity, problem, chunk_size);
+    return -1;
+  }
+
   if (snapfg_engine_open (&opts, &engine) < 0)
+    return -1;
+  if (snapfg_checkpoints_open (engine, NULL, cbt_granularity) < 0)
     return -1;
 
   if (cow_path) {
@@ -303,7 +331,9 @@ plugin_cleanup (void)
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
   "locking=striped|global Exception table locking (default striped).\n" \
-  "control=<SOCKET>      Unix socket for snapfgctl (mode 0600)."
+  "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
+  "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
+  "                      (default 64K)."
 
 /* A connection's view: the origin, or one snapshot. */
 struct handle {
