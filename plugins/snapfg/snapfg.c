@@ -18,6 +18,7 @@
 #include "cbt-bitmap.h"
 #include "checkpoint.h"
 #include "device.h"
+#include "catalogue.h"
 #include "control-server.h"
 #include "snapfg-log.h"
 
@@ -38,6 +39,8 @@ static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
 static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
 static char *control_path;
+static char *state_path;
+static struct catalogue *catalogue;
 static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
 static bool cbt_granularity_given;
 
@@ -70,6 +73,10 @@ plugin_unload (void)
   control = NULL;
   snapfg_engine_close (engine);
   engine = NULL;
+  /* After the engine: its checkpoints write their last records. */
+  catalogue_close (catalogue);
+  catalogue = NULL;
+  free (state_path);
   free (origin_path);
   free (cow_path);
   for (size_t i = 0; i < nextra_snapshots; ++i) {
@@ -197,6 +204,12 @@ plugin_config (const char *key, const char *value)
       return -1;
     }
   }
+  else if (strcmp (key, "state") == 0) {
+    free (state_path);
+    state_path = nbdkit_absolute_path (value);
+    if (state_path == NULL)
+      return -1;
+  }
   else if (strcmp (key, "cbt-granularity") == 0) {
     if (parse_size_param (key, value, &cbt_granularity) == -1)
       return -1;
@@ -262,7 +275,15 @@ plugin_config_complete (void)
 
   if (snapfg_engine_open (&opts, &engine) < 0)
     return -1;
-  if (snapfg_checkpoints_open (engine, NULL, cbt_granularity) < 0)
+  if (state_path) {
+    struct catalogue_origin origin = {
+      .path = snapfg_origin_path (engine),
+      .size = snapfg_size (engine),
+    };
+    if (catalogue_open (state_path, &origin, &catalogue) < 0)
+      return -1;
+  }
+  if (snapfg_checkpoints_open (engine, catalogue, cbt_granularity) < 0)
     return -1;
 
   if (cow_path) {
@@ -332,6 +353,7 @@ plugin_cleanup (void)
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
   "locking=striped|global Exception table locking (default striped).\n" \
   "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
+  "state=<FILE>          The origin's catalogue (snapshots, checkpoints).\n" \
   "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
   "                      (default 64K)."
 
