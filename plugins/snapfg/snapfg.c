@@ -359,13 +359,14 @@ plugin_config_complete (void)
     if (catalogue_open (state_path, &origin, &catalogue) < 0)
       return -1;
     snapfg_engine_set_catalogue (engine, catalogue);
-    if (snapfg_engine_restore (engine) < 0)
-      return -1;
   }
-  /* The checkpoints (they need the catalogue) track from here on, before
-   * any client and before a resumed merge copies anything.
+  /* The checkpoints (they need the catalogue) track from here on: before
+   * the restore, which may start a merge recorded but not begun (the
+   * origin view changes then), and before any client.
    */
   if (snapfg_checkpoints_open (engine, catalogue, cbt_granularity) < 0)
+    return -1;
+  if (catalogue && snapfg_engine_restore (engine) < 0)
     return -1;
 
   if (cow_path &&
