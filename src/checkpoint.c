@@ -459,6 +459,27 @@ snapfg_checkpoint_create (struct snapfg_engine *e, const char *name)
   return 0;
 }
 
+void
+checkpoint_forget_snapshot (struct snapfg_engine *e, const char *snapshot)
+{
+  struct checkpoint_chain *c = e->cbt;
+  bool found = false;
+
+  if (c == NULL || c->cat == NULL)
+    return;
+  pthread_mutex_lock (&c->lock);
+  for (size_t i = 0; i < c->n; ++i)
+    if (c->list[i]->snapshot && strcmp (c->list[i]->snapshot, snapshot) == 0) {
+      free (c->list[i]->snapshot);
+      c->list[i]->snapshot = NULL;
+      found = true;
+    }
+  if (found && records_write (c, c->list, c->n) < 0)
+    snapfg_debug ("checkpoints: cannot record that snapshot %s is a new "
+                  "one (at the next change)", snapshot);
+  pthread_mutex_unlock (&c->lock);
+}
+
 /* --- dropping --- */
 
 /* Make cp inconsistent (its bitmap flags it too, if it has one). */

@@ -106,6 +106,13 @@ extern void checkpoint_finish (struct snapfg_engine *e,
 extern void checkpoint_abandon (struct snapfg_engine *e,
                                 struct checkpoint *cp);
 
+/* A new snapshot is about to take this name: checkpoints that recorded
+ * an older snapshot of the same name no longer mark "its" instant
+ * (changed --since A NAME would otherwise answer for the old one).
+ */
+extern void checkpoint_forget_snapshot (struct snapfg_engine *e,
+                                        const char *snapshot);
+
 /* The origin's [offset, offset+count) is about to change, from a thread
  * that does not hold the geometry read side (the merge thread).
  */

@@ -367,9 +367,9 @@ static int
 changed_since (struct control_call *call, const char *since,
                const char *name)
 {
-  struct changed_state cs = { .buf = NULL };
+  struct changed_state cs = { .buf = NULL }, out = { .buf = NULL };
   json_t *head = json_object ();
-  char *head_text = NULL, tail[64];
+  char *head_text = NULL;
   uint32_t granularity = 0;
   size_t len;
   int r;
@@ -396,25 +396,20 @@ changed_since (struct control_call *call, const char *since,
     free (head_text);
     return r < 0 ? r : -ENOMEM;
   }
+  /* The head without its closing brace, the ranges, the end. */
   len = strlen (head_text);
-  head_text[len - 1] = '\0';     /* the closing brace */
-  {
-    struct changed_state out = { .buf = NULL };
-    int n = snprintf (tail, sizeof tail, "]}\n");
-
-    append (&out, head_text, len - 1);
-    append (&out, ",\"ranges\":[", 11);
-    if (cs.buf)
-      append (&out, cs.buf, cs.len);
-    append (&out, tail, n);
-    free (cs.buf);
-    free (head_text);
-    if (out.failed) {
-      free (out.buf);
-      return -ENOMEM;
-    }
-    call->raw_reply = out.buf;
+  append (&out, head_text, len - 1);
+  append (&out, ",\"ranges\":[", 11);
+  if (cs.buf)
+    append (&out, cs.buf, cs.len);
+  append (&out, "]}\n", 3);
+  free (cs.buf);
+  free (head_text);
+  if (out.failed) {
+    free (out.buf);
+    return -ENOMEM;
   }
+  call->raw_reply = out.buf;
   return 0;
 }
 

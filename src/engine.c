@@ -486,8 +486,11 @@ snapshot_create (struct snapfg_engine *e,
   }
 
   /* A checkpoint started at the same instant: its bitmap file is made
-   * now, outside the write side.
+   * now, outside the write side.  Checkpoints of an older snapshot of
+   * this name let go of it first.
    */
+  if (o->attach == SNAPFG_ATTACH_RUNTIME)
+    checkpoint_forget_snapshot (e, o->name);
   if (o->checkpoint) {
     r = checkpoint_prepare (e, o->checkpoint, o->name, &cp);
     if (r < 0) {

@@ -24,7 +24,8 @@
 # 4. Dropping the middle checkpoint c2 keeps c1 -> s3 exact; dropping
 #    the active c3 makes c1 active again, and later writes are in it.
 # 5. A merge with an active checkpoint: changed --since it reports the
-#    merged chunks (the snapshot's exceptions), exactly.
+#    merged chunks (the snapshot's exceptions), exactly.  A new snapshot
+#    under the name of a dropped one does not inherit its checkpoint.
 set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
@@ -268,6 +269,18 @@ ckio check-changed "$tmpdir/ctl.out" --expect "$tmpdir/expect.json" \
     --old "$tmpdir/pre-merge.img" --new "$tmpdir/post-merge.img" >"$tmpdir/check.out" 2>&1 &&
     info "ok: cm -> after the merge: $(tr '\n' ';' <"$tmpdir/check.out")" ||
     check_fail "cm -> after the merge: $(cat "$tmpdir/check.out")"
+
+
+# A new snapshot under an old name does not inherit the old one's
+# checkpoint: changed up to it is refused, not answered for the old one.
+ctl_ok "create r --checkpoint cr" "$ctlsock" create r --cow "$tmpdir/r.cow" --checkpoint cr
+ctl_ok "changed --since cm r" "$ctlsock" changed --since cm r
+ctl_ok "drop r" "$ctlsock" drop r
+ctl_ok "create r again, without a checkpoint" "$ctlsock" create r --cow "$tmpdir/r2.cow"
+ctl_refused "changed up to the new r" "not created with a checkpoint" "$ctlsock" changed --since cm r
+ctl "$ctlsock" --json checkpoint list
+[ "$(jq_py "$tmpdir/ctl.out" '[c["snapshot"] for c in d["checkpoints"] if c["name"] == "cr"]')" = '[null]' ] ||
+    check_fail "cr still names snapshot r: $(cat "$tmpdir/ctl.out")"
 
 stop_nbdkit "$pid"
 finish
