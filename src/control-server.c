@@ -1,4 +1,7 @@
-/* snapfg: the control socket server (see control-server.h). */
+/* snapfg: the control socket server (see control-server.h): the
+ * socket, its clients and their line framing, and the bound on each
+ * client's queued replies.  What a request does is control-handlers.c's.
+ */
 
 #include <config.h>
 
@@ -31,9 +34,6 @@ struct control_server {
   bool started;
   struct client *clients;       /* all open clients, to close at the end */
 };
-
-
-struct client;
 
 /* --- socket setup --- */
 

@@ -309,6 +309,15 @@ load_exception (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
   return exception_table_insert (&s->table, old_chunk, new_chunk);
 }
 
+static void
+too_many_snapshots (struct snapfg_engine *e, const char *name)
+{
+  snapfg_error ("snapshot \"%s\": the origin already has %u snapshots, the "
+                "maximum (max-snapshots=%u); drop one first, or restart the "
+                "server with a larger max-snapshots=", name,
+                e->max_snapshots, e->max_snapshots);
+}
+
 static int snapshot_create (struct snapfg_engine *e,
                             const struct snapfg_snapshot_options *o);
 
@@ -330,21 +339,19 @@ catalogue_knows (void *opaque, const char *uuid)
   return known;
 }
 
-static void
-too_many_snapshots (struct snapfg_engine *e, const char *name)
-{
-  snapfg_error ("snapshot \"%s\": the origin already has %u snapshots, the "
-                "maximum (max-snapshots=%u); drop one first, or restart the "
-                "server with a larger max-snapshots=", name,
-                e->max_snapshots, e->max_snapshots);
-}
-
 int
 snapfg_snapshot_create (struct snapfg_engine *e,
                         const struct snapfg_snapshot_options *o)
 {
+  const char *problem = snapfg_check_snapshot_name (o->name);
   int r;
 
+  if (problem) {
+    char printable[128];
+    snapfg_printable_name (o->name, printable, sizeof printable);
+    snapfg_error ("snapshot name \"%s\": %s", printable, problem);
+    return -EINVAL;
+  }
   /* Without a COW path the catalogue's state directory holds it. */
   if (o->cow_path == NULL) {
     struct snapfg_snapshot_options own = *o;
@@ -405,13 +412,6 @@ snapshot_create (struct snapfg_engine *e,
   problem = snapfg_check_chunk_size (params.chunk_size);
   if (problem) {
     snapfg_error ("chunk-size=%" PRIu32 ": %s", params.chunk_size, problem);
-    return -EINVAL;
-  }
-  problem = snapfg_check_snapshot_name (o->name);
-  if (problem) {
-    char printable[128];
-    snapfg_printable_name (o->name, printable, sizeof printable);
-    snapfg_error ("snapshot name \"%s\": %s", printable, problem);
     return -EINVAL;
   }
   token = percpu_rwlock_read_lock (&e->geometry);

@@ -24,34 +24,6 @@ struct inspect_state {
   json_t *pairs;                  /* --json --exceptions */
 };
 
-/* The binding record snapfg keeps in the header chunk (store-binding.h). */
-static void
-print_binding (const struct snapfg_device *dev, const struct dm_header *h)
-{
-  unsigned char sector[512];
-  struct store_binding b;
-
-  if (h->snapfg_merging)
-    printf ("merge mark: a merge into the origin is in progress\n");
-  if (device_pread (dev, sector, sizeof sector, 0) < 0)
-    return;
-  if (binding_decode (sector + STORE_BINDING_OFFSET, &b) < 0) {
-    printf ("binding: damaged (checksum mismatch)\n");
-    return;
-  }
-  if (!b.present) {
-    printf ("binding: none (written by the kernel or an older snapfg)\n");
-    return;
-  }
-  printf ("binding: snapshot %s, uuid %s, %s, state %s, created %" PRIi64
-          "\n", b.name, b.uuid, binding_mode_name (b.mode),
-          binding_state_name (b.state), b.created);
-  printf ("binding origin: %s (%" PRIu64 " bytes)\n", b.origin_path,
-          b.origin_size);
-  if (b.catalogue_id[0])
-    printf ("binding catalogue: %s\n", b.catalogue_id);
-}
-
 static int
 inspect_pair (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
 {
@@ -67,6 +39,64 @@ inspect_pair (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
   else if (is->print)
     printf ("%" PRIu64 " %" PRIu64 "\n", old_chunk, new_chunk);
   return 0;
+}
+
+/* The binding record snapfg keeps in the header chunk (store-binding.h):
+ * printed, or (out != NULL) put in out as "merge_mark" and "binding".
+ */
+static void
+print_binding (const struct snapfg_device *dev, const struct dm_header *h,
+               json_t *out)
+{
+  unsigned char sector[512];
+  struct store_binding b;
+
+  if (out)
+    json_object_set_new (out, "merge_mark", json_boolean (h->snapfg_merging));
+  else if (h->snapfg_merging)
+    printf ("merge mark: a merge into the origin is in progress\n");
+  if (device_pread (dev, sector, sizeof sector, 0) < 0)
+    return;
+  if (binding_decode (sector + STORE_BINDING_OFFSET, &b) < 0) {
+    if (out)
+      json_object_set_new (out, "binding", json_string ("damaged"));
+    else
+      printf ("binding: damaged (checksum mismatch)\n");
+    return;
+  }
+  if (!b.present) {
+    if (out)
+      json_object_set_new (out, "binding", json_null ());
+    else
+      printf ("binding: none (written by the kernel or an older snapfg)\n");
+    return;
+  }
+  if (out) {
+    json_t *jb = json_object ();
+    if (jb == NULL)
+      return;
+    json_object_set_new (jb, "name", json_string (b.name));
+    json_object_set_new (jb, "uuid", json_string (b.uuid));
+    json_object_set_new (jb, "mode", json_string (binding_mode_name (b.mode)));
+    json_object_set_new (jb, "state",
+                         json_string (binding_state_name (b.state)));
+    json_object_set_new (jb, "created", json_integer (b.created));
+    json_object_set_new (jb, "origin_path", json_string (b.origin_path));
+    json_object_set_new (jb, "origin_size",
+                         json_integer ((json_int_t) b.origin_size));
+    json_object_set_new (jb, "catalogue",
+                         b.catalogue_id[0] ? json_string (b.catalogue_id)
+                         : json_null ());
+    json_object_set_new (out, "binding", jb);
+    return;
+  }
+  printf ("binding: snapshot %s, uuid %s, %s, state %s, created %" PRIi64
+          "\n", b.name, b.uuid, binding_mode_name (b.mode),
+          binding_state_name (b.state), b.created);
+  printf ("binding origin: %s (%" PRIu64 " bytes)\n", b.origin_path,
+          b.origin_size);
+  if (b.catalogue_id[0])
+    printf ("binding catalogue: %s\n", b.catalogue_id);
 }
 
 static void
@@ -150,8 +180,8 @@ snapfgctl_inspect (const char *path, bool exceptions, bool json_output)
             h.chunk_sectors, chunk_size);
     printf ("pairs per metadata area: %" PRIu64 "\n",
             dm_pairs_per_area (chunk_size));
-    print_binding (&dev, &h);
   }
+  print_binding (&dev, &h, out);
   if (h.valid == 0) {
     /* dm does not read the table of an Invalid snapshot either. */
     if (out) {

@@ -135,9 +135,7 @@ expect_st "usage: no command" 2 -S "$ctlsock"
 expect_st "usage: unknown command" 2 -S "$ctlsock" frobnicate
 expect_st "usage: drop without a name" 2 -S "$ctlsock" drop
 expect_st "usage: status with two names" 2 -S "$ctlsock" status a b
-# (--cow is optional: a server with state= keeps the store itself; this
-# one has no state=, so it refuses.)
-expect_st "create without --cow and without state=" 1 -S "$ctlsock" create x
+expect_st "refused: create without --cow on a server without state=" 1 -S "$ctlsock" create x
 expect_st "usage: an option of another command" 2 -S "$ctlsock" status --cow x
 expect_st "usage: an unknown option" 2 -S "$ctlsock" status --frobnicate
 expect_st "usage: --exceptions outside inspect" 2 -S "$ctlsock" status --exceptions

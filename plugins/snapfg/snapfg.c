@@ -39,10 +39,10 @@ static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
 static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
 static char *control_path;
+static unsigned max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS;
 static char *state_path;
 static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
 static bool cbt_granularity_given;
-static unsigned max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS;
 
 static struct snapfg_engine *engine;
 static struct catalogue *catalogue;
