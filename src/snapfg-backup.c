@@ -245,9 +245,13 @@ normalise_ranges (struct copy_range *r, size_t n, uint64_t block,
 
 /* --- NBD connections --- */
 
-/* Connect to the server named by URI, to export EXPORT. */
+/* Connect to the server named by URI and stop in option mode, before
+ * an export is chosen: the URI names the server, TLS and its files
+ * (tls-psk-file=); the export is ours, set by open_export.  Connecting
+ * first lets a run fail before it changes anything on the server.
+ */
 static struct nbd_handle *
-connect_export (const char *uri, const char *export, bool want_extents)
+connect_server (const char *uri, bool want_extents)
 {
   struct nbd_handle *h = nbd_create ();
 
@@ -255,10 +259,6 @@ connect_export (const char *uri, const char *export, bool want_extents)
     backup_error ("%s", nbd_get_error ());
     return NULL;
   }
-  /* The URI names the server, TLS and its files (tls-psk-file=); the
-   * export is ours.  In option mode the handle stops before choosing an
-   * export, so the URI's own export name is replaced before NBD_OPT_GO.
-   */
   if (nbd_set_opt_mode (h, true) == -1 ||
       nbd_set_uri_allow_local_file (h, true) == -1 ||
       (want_extents &&
@@ -268,9 +268,27 @@ connect_export (const char *uri, const char *export, bool want_extents)
     nbd_close (h);
     return NULL;
   }
+  return h;
+}
+
+/* Finish negotiating: serve EXPORT (the URI's own export is replaced). */
+static int
+open_export (struct nbd_handle *h, const char *uri, const char *export)
+{
   if (nbd_set_export_name (h, export) == -1 || nbd_opt_go (h) == -1) {
     backup_error ("%s: cannot open export '%s': %s", uri, export,
                   nbd_get_error ());
+    return -1;
+  }
+  return 0;
+}
+
+static struct nbd_handle *
+connect_export (const char *uri, const char *export)
+{
+  struct nbd_handle *h = connect_server (uri, false);
+
+  if (h && open_export (h, uri, export) == -1) {
     nbd_opt_abort (h);
     nbd_close (h);
     return NULL;
@@ -282,7 +300,10 @@ static void
 disconnect (struct nbd_handle *h)
 {
   if (h) {
-    nbd_shutdown (h, 0);
+    if (nbd_aio_is_negotiating (h))
+      nbd_opt_abort (h);
+    else
+      nbd_shutdown (h, 0);
     nbd_close (h);
   }
 }
@@ -730,6 +751,14 @@ cmd_backup (const struct options *o, const char *dir_path)
    */
   stale_ckpts = server_names (o, "checkpoint-list", "checkpoints", prefix);
 
+  /* The NBD server must be reachable (address, TLS) before anything is
+   * changed on it.
+   */
+  src[0] = connect_server (o->uri, !incremental);
+  if (src[0] == NULL)
+    goto out;
+  nsrc = 1;
+
   /* 1. Snapshot and checkpoint at one instant. */
   {
     unsigned char rnd[2];
@@ -761,10 +790,8 @@ cmd_backup (const struct options *o, const char *dir_path)
   snapshot_made = true;
 
   /* 2. What to copy. */
-  src[0] = connect_export (o->uri, name, !incremental);
-  if (src[0] == NULL)
+  if (open_export (src[0], o->uri, name) == -1)
     goto out;
-  nsrc = 1;
   if ((uint64_t) nbd_get_size (src[0]) != size) {
     backup_error ("export %s: %" PRId64 " bytes, the origin %" PRIu64,
                   name, nbd_get_size (src[0]), size);
@@ -801,7 +828,7 @@ cmd_backup (const struct options *o, const char *dir_path)
   /* More connections when the server says they see the same data. */
   if (nbd_can_multi_conn (src[0]) == 1)
     while (nsrc < MAX_SOURCES) {
-      src[nsrc] = connect_export (o->uri, name, false);
+      src[nsrc] = connect_export (o->uri, name);
       if (src[nsrc] == NULL)
         break;
       nsrc++;
