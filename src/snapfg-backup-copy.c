@@ -209,7 +209,11 @@ record_sums (struct copy_job *job, const struct slot *s, bool zero,
 int
 copy_run (struct copy_job *job, char *err, size_t err_len)
 {
-  struct slot slots[COPY_SLOTS];
+  /* Static, not on the stack: should libnbd ever complete a command
+   * while a handle is closed after a failure, its callback still finds
+   * its slot.  copy_run is not reentrant.
+   */
+  static struct slot slots[COPY_SLOTS];
   struct pollfd fds[17];
   struct nbd_handle *hs[17];
   bool dead[17] = { false };
@@ -268,7 +272,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
                                                      .user_data = s },
                          0) == -1) {
         s->state = SLOT_IDLE;
-        FAIL ("reading %s at offset %" PRIu64 ": %s", job->what, s->offset,
+        FAIL ("reading offset %" PRIu64 ": %s", s->offset,
               nbd_get_error ());
         break;
       }
@@ -282,8 +286,8 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
 
       if (s->state == SLOT_READ_DONE) {
         if (s->error) {
-          FAIL ("reading %s at offset %" PRIu64 " (%" PRIu64 " bytes): %s",
-                job->what, s->offset, s->length, strerror (s->error));
+          FAIL ("reading offset %" PRIu64 " (%" PRIu64 " bytes): %s",
+                s->offset, s->length, strerror (s->error));
           s->state = SLOT_IDLE;
           in_flight--;
           continue;

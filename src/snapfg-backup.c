@@ -866,7 +866,7 @@ cmd_backup (const struct options *o, const char *dir_path)
   job.block = block;
   job.sums = sums;
   job.write_zeroes = incremental;
-  job.what = incremental ? "incremental" : "full";
+  job.what = incremental ? "incremental backup" : "full backup";
   stop_env = getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER");
   if (stop_env)
     job.stop_after = strtoull (stop_env, NULL, 10);
