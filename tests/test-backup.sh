@@ -106,6 +106,15 @@ for n in 2 3 4; do
     fi
 done
 
+# A progress line on a terminal only.
+grep -q 'MiB/s' "$tmpdir/bk.log" && check_fail "a progress line although stderr is not a terminal"
+if have script; then
+    script -qec "$SNAPFG_BACKUP restore $dir $tmpdir/tty.img" /dev/null >"$tmpdir/tty.log" 2>&1 || true
+    grep -q 'verify: .* MiB (100%), .* MiB/s' "$tmpdir/tty.log" ||
+        check_fail "no progress line on a terminal: $(tr '\r' '\n' <"$tmpdir/tty.log" | tail -n 3)"
+    cmp "$tmpdir/tty.img" "$tmpdir/expect-4.img" || check_fail "restore on a terminal differs"
+fi
+
 # Every point, byte for byte.
 for n in 1 2 3 4; do
     restore_equals "$dir" $n "$tmpdir/expect-$n.img" "restore of run $n"
