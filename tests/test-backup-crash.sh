@@ -31,8 +31,13 @@ state="$tmpdir/disk.state"
 make_random_image "$disk" "$size"
 origin=$(uri "$sock")
 
-start() { SNAPFG_TEST_BOOT_ID=$1 start_snapfg "$sock" "$pidf" origin="$disk" \
-              state="$state" control="$ctl"; }
+# start BOOT_ID [PARAMS]: the server, with a simulated boot id.
+start() {
+    local boot=$1
+    shift
+    SNAPFG_TEST_BOOT_ID=$boot start_snapfg "$sock" "$pidf" origin="$disk" \
+        state="$state" control="$ctl" "$@"
+}
 kill9() {
     kill -KILL "$(nbdkit_pid "$pidf")"
     wait_nbdkit_death "$pidf" 60
@@ -152,7 +157,8 @@ run_ok 6 "incremental after a stopped run"
 
 # --- E: the source fails ----------------------------------------------
 stop_nbdkit "$pidf"
-NBDKIT_OPTS="--filter=error error-pread-rate=100% error=EIO error-file=$tmpdir/inject" start boot-B
+NBDKIT_OPTS=--filter=error start boot-B \
+    error-pread-rate=100% error=EIO error-file="$tmpdir/inject"
 write_some 80 8
 touch "$tmpdir/inject"
 st=0; bk -S "$ctl" -u "$origin" backup "$dir" || st=$?
