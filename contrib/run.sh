@@ -51,6 +51,8 @@ packages=(
     libtsan2 libasan8 libubsan1
     # tests, demo and benchmark
     libnbd-bin python3 python3-libnbd qemu-utils fio jq gnuplot-nox
+    # snapfg-backup TLS test (psktool)
+    gnutls-bin
     coreutils diffutils util-linux procps socat
     # optional tests: control socket under valgrind, libFuzzer target
     valgrind clang libclang-rt-14-dev
