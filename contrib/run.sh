@@ -46,7 +46,9 @@ fi
 packages=(
     # build
     build-essential autoconf automake libtool pkg-config perl
-    nbdkit nbdkit-plugin-dev libnbd-dev libev-dev libjansson-dev libgnutls28-dev
+    nbdkit nbdkit-plugin-dev libnbd-dev libev-dev libjansson-dev
+    # snapfg-backup's checksums (GnuTLS)
+    libgnutls28-dev
     # gcc's sanitizer runtimes (make check-sanitizers)
     libtsan2 libasan8 libubsan1
     # tests, demo and benchmark

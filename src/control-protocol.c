@@ -25,6 +25,9 @@ static const struct {
   { "merge", CONTROL_MERGE },
   { "changed", CONTROL_CHANGED },
   { "stats", CONTROL_STATS },
+  { "checkpoint-create", CONTROL_CHECKPOINT_CREATE },
+  { "checkpoint-list", CONTROL_CHECKPOINT_LIST },
+  { "checkpoint-drop", CONTROL_CHECKPOINT_DROP },
 };
 
 /* Which keys each command accepts besides "cmd". */
@@ -36,14 +39,18 @@ key_allowed (enum control_cmd cmd, const char *key)
     return strcmp (key, "name") == 0;
   case CONTROL_LIST:
   case CONTROL_STATS:
+  case CONTROL_CHECKPOINT_LIST:
     return false;
   case CONTROL_CREATE:
     return strcmp (key, "name") == 0 || strcmp (key, "cow") == 0 ||
       strcmp (key, "store") == 0 || strcmp (key, "chunk_size") == 0 ||
-      strcmp (key, "cow_size") == 0;
+      strcmp (key, "cow_size") == 0 || strcmp (key, "checkpoint") == 0;
+  case CONTROL_CHANGED:
+    return strcmp (key, "name") == 0 || strcmp (key, "since") == 0;
   case CONTROL_DROP:
   case CONTROL_MERGE:
-  case CONTROL_CHANGED:
+  case CONTROL_CHECKPOINT_CREATE:
+  case CONTROL_CHECKPOINT_DROP:
     return strcmp (key, "name") == 0;
   case CONTROL_SET_BLOCK_SIZE:
     return strcmp (key, "block_size") == 0;
@@ -159,11 +166,17 @@ control_parse_request (const char *line, size_t len,
   }
 
   required_name = req->cmd == CONTROL_CREATE || req->cmd == CONTROL_DROP ||
-    req->cmd == CONTROL_MERGE || req->cmd == CONTROL_CHANGED;
+    req->cmd == CONTROL_MERGE ||
+    (req->cmd == CONTROL_CHANGED && json_get (v, "since") == NULL) ||
+    req->cmd == CONTROL_CHECKPOINT_CREATE ||
+    req->cmd == CONTROL_CHECKPOINT_DROP;
   if (get_string (v, "name", required_name, &req->name, err, err_len) < 0 ||
       get_string (v, "cow", req->cmd == CONTROL_CREATE, &req->cow,
                   err, err_len) < 0 ||
       get_string (v, "store", false, &req->store, err, err_len) < 0 ||
+      get_string (v, "checkpoint", false, &req->checkpoint, err,
+                  err_len) < 0 ||
+      get_string (v, "since", false, &req->since, err, err_len) < 0 ||
       get_size (v, "chunk_size", false, &req->chunk_size, err, err_len) < 0 ||
       get_size (v, "cow_size", false, &req->cow_size, err, err_len) < 0 ||
       get_size (v, "block_size", req->cmd == CONTROL_SET_BLOCK_SIZE,
@@ -184,5 +197,7 @@ control_request_free (struct control_request *req)
   free (req->name);
   free (req->cow);
   free (req->store);
+  free (req->checkpoint);
+  free (req->since);
   memset (req, 0, sizeof *req);
 }

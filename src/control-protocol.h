@@ -13,6 +13,11 @@
  *   {"cmd":"merge","name":"snap1"}
  *   {"cmd":"changed","name":"snap1"}
  *   {"cmd":"stats"}
+ *   {"cmd":"checkpoint-create","name":"c1"}
+ *   {"cmd":"checkpoint-list"}
+ *   {"cmd":"checkpoint-drop","name":"c1"}
+ *   {"cmd":"create","name":"snap2","cow":"/path","checkpoint":"c2"}
+ *   {"cmd":"changed","since":"c1"}   {"cmd":"changed","since":"c1","name":"snap2"}
  */
 #ifndef SNAPFG_CONTROL_PROTOCOL_H
 #define SNAPFG_CONTROL_PROTOCOL_H
@@ -32,6 +37,9 @@ enum control_cmd {
   CONTROL_MERGE,
   CONTROL_CHANGED,
   CONTROL_STATS,
+  CONTROL_CHECKPOINT_CREATE,
+  CONTROL_CHECKPOINT_LIST,
+  CONTROL_CHECKPOINT_DROP,
 };
 
 struct control_request {
@@ -42,6 +50,8 @@ struct control_request {
   uint64_t chunk_size;          /* create (optional, 0: default) */
   uint64_t cow_size;            /* create (optional, 0: default) */
   uint64_t block_size;          /* set-block-size */
+  char *checkpoint;             /* create (optional) */
+  char *since;                  /* changed (optional) */
 };
 
 /* Parse one request line (without its newline).  Returns 0, or -1 with

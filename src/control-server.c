@@ -18,6 +18,7 @@
 #include "control-server.h"
 #include "control-protocol.h"
 #include "device.h"
+#include "checkpoint.h"
 #include "json.h"
 #include "snapfg-log.h"
 
@@ -305,6 +306,86 @@ reply_engine_error (struct json_buf *out, int r)
   reply_error (out, last_error[0] ? last_error : strerror (-r));
 }
 
+/* changed --since: the ranges of a checkpoint chain (checkpoint.h). */
+static void
+do_changed_since (struct control_server *srv,
+                  const struct control_request *req, struct json_buf *out)
+{
+  struct changed_state cs = { .first = true };
+  struct json_buf ranges = { 0 };
+  uint32_t granularity = 0;
+  int r;
+
+  cs.out = &ranges;
+  r = snapfg_checkpoint_changed (srv->e, req->since, req->name, &granularity,
+                                 append_range, &cs);
+  if (r < 0)
+    reply_engine_error (out, r);
+  else {
+    json_raw (out, "{\"ok\":true,\"since\":");
+    json_string (out, req->since);
+    json_raw (out, ",\"name\":");
+    if (req->name)
+      json_string (out, req->name);
+    else
+      json_raw (out, "null");
+    json_printf (out, ",\"granularity\":%" PRIu32 ",\"bytes\":%" PRIu64
+                 ",\"ranges\":[", granularity, cs.bytes);
+    json_raw (out, ranges.data ? ranges.data : "");
+    json_raw (out, "]}\n");
+  }
+  json_buf_free (&ranges);
+}
+
+static int
+append_checkpoint (void *opaque, const struct snapfg_checkpoint_info *ci)
+{
+  struct changed_state *cs = opaque;
+  struct json_buf *out = cs->out;
+
+  json_raw (out, cs->first ? "{" : ",{");
+  cs->first = false;
+  json_key (out, "name", true);
+  json_string (out, ci->name);
+  json_key (out, "state", false);
+  json_string (out, ci->state);
+  json_key (out, "granularity", false);
+  json_printf (out, "%" PRIu32, ci->granularity);
+  json_key (out, "created", false);
+  json_printf (out, "%" PRIi64, ci->created);
+  json_key (out, "seq", false);
+  json_printf (out, "%" PRIu64, ci->seq);
+  json_key (out, "snapshot", false);
+  if (ci->snapshot)
+    json_string (out, ci->snapshot);
+  else
+    json_raw (out, "null");
+  json_key (out, "bitmap", false);
+  json_string (out, ci->bitmap);
+  json_key (out, "dirty_bytes", false);
+  json_printf (out, "%" PRIu64, ci->dirty_bytes);
+  json_raw (out, "}");
+  return 0;
+}
+
+static void
+do_checkpoint_list (struct control_server *srv, struct json_buf *out)
+{
+  struct json_buf list = { 0 };
+  struct changed_state cs = { .out = &list, .first = true };
+  int r;
+
+  r = snapfg_checkpoint_list (srv->e, append_checkpoint, &cs);
+  if (r < 0)
+    reply_engine_error (out, r);
+  else {
+    json_raw (out, "{\"ok\":true,\"checkpoints\":[");
+    json_raw (out, list.data ? list.data : "");
+    json_raw (out, "]}\n");
+  }
+  json_buf_free (&list);
+}
+
 static void
 do_changed (struct control_server *srv, const struct control_request *req,
             struct json_buf *out)
@@ -355,8 +436,20 @@ execute (struct control_server *srv, const struct control_request *req,
     do_stats (srv, out);
     return;
   case CONTROL_CHANGED:
-    do_changed (srv, req, out);
+    if (req->since)
+      do_changed_since (srv, req, out);
+    else
+      do_changed (srv, req, out);
     return;
+  case CONTROL_CHECKPOINT_LIST:
+    do_checkpoint_list (srv, out);
+    return;
+  case CONTROL_CHECKPOINT_CREATE:
+    r = snapfg_checkpoint_create (e, req->name);
+    break;
+  case CONTROL_CHECKPOINT_DROP:
+    r = snapfg_checkpoint_drop (e, req->name);
+    break;
   case CONTROL_CREATE: {
     struct snapfg_snapshot_options o = {
       .name = req->name,
@@ -364,6 +457,7 @@ execute (struct control_server *srv, const struct control_request *req,
       .store_type = req->store,
       .chunk_size = req->chunk_size,
       .cow_size = req->cow_size,
+      .checkpoint = req->checkpoint,
     };
     if (req->chunk_size > UINT32_MAX) {
       reply_error (out, "chunk_size: must be between 512 and 1M");

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "checkpoint.h"
 #include "snapfg-log.h"
 
 const char *
@@ -159,6 +160,8 @@ snapfg_engine_close (struct snapfg_engine *e)
     return;
   for (size_t i = 0; i < e->nsnapshots; ++i)
     merge_stop_thread (e->snapshots[i]);
+  /* No origin change can come any more: the bitmaps close cleanly. */
+  checkpoint_chain_close (e, true);
   /* No request can arrive any more, but a connection's close may still
    * hold a reference.  Close every store now anyway (a transient store
    * gives its file back, a persistent one flushes): the struct itself
@@ -253,6 +256,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     .origin_size = e->size,
   };
   struct snapfg_snapshot *s, **list;
+  struct checkpoint *cp = NULL;
   const char *problem;
   percpu_rwlock_token token;
   const char *in_use;
@@ -330,6 +334,17 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     }
   }
 
+  /* A checkpoint started at the same instant: its bitmap file is made
+   * now, outside the write side.
+   */
+  if (o->checkpoint) {
+    r = checkpoint_prepare (e, o->checkpoint, o->name, &cp);
+    if (r < 0) {
+      snapshot_discard (s);
+      return r;
+    }
+  }
+
   /* The snapshot's point in time: every origin write in flight holds the
    * read side, so once we hold the write side they have all completed,
    * and every later one sees this snapshot and copies out into it.
@@ -338,16 +353,34 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   if (find_snapshot_locked (e, o->name) != NULL) {
     percpu_rwlock_write_unlock (&e->geometry);
     snapfg_error ("snapshot \"%s\" already exists", o->name);
-    snapshot_discard (s);
-    return -EEXIST;
+    r = -EEXIST;
+    goto err_discard;
   }
-  if (e->merging || (s->store->opened_merging && e->nsnapshots > 0)) {
+  if (e->merging || (s->store->opened_merging &&
+                     (e->nsnapshots > 0 || cp))) {
     percpu_rwlock_write_unlock (&e->geometry);
     snapfg_error ("snapshot \"%s\": snapshot %s is being merged into the "
                   "origin; no other snapshot may exist until it is done",
                   o->name, e->merging ? e->merging->name : o->name);
-    snapshot_discard (s);
-    return -EBUSY;
+    r = -EBUSY;
+    goto err_discard;
+  }
+  list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
+  if (list == NULL) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    r = -ENOMEM;
+    goto err_discard;
+  }
+  e->snapshots = list;
+  /* Last, as it cannot be undone: the checkpoint takes over tracking. */
+  if (cp) {
+    r = checkpoint_commit_locked (e, cp);
+    if (r < 0) {
+      percpu_rwlock_write_unlock (&e->geometry);
+      snapfg_error ("snapshot \"%s\": cannot record checkpoint \"%s\" in "
+                    "the catalogue", o->name, o->checkpoint);
+      goto err_discard;
+    }
   }
   if (s->store->opened_merging) {
     /* A merge was under way: the origin view is the snapshot's from now
@@ -356,23 +389,24 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     atomic_store (&s->state, SNAPSHOT_MERGING);
     e->merging = s;
   }
-  list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
-  if (list == NULL) {
-    percpu_rwlock_write_unlock (&e->geometry);
-    snapshot_discard (s);
-    return -ENOMEM;
-  }
   list[e->nsnapshots] = s;
-  e->snapshots = list;
   e->nsnapshots++;
   e->min_chunk_size = compute_min_chunk_size (e);
   percpu_rwlock_write_unlock (&e->geometry);
+  if (cp)
+    checkpoint_finish (e, cp);
 
   if (snapfg_debug_cow)
     snapfg_debug ("snapshot %s created: %s store, chunk %" PRIu32
                   ", COW %s", s->name, s->store->ops->name, s->chunk_size,
                   s->store->dev.path);
   return 0;
+
+ err_discard:
+  if (cp)
+    checkpoint_abandon (e, cp);
+  snapshot_discard (s);
+  return r;
 }
 
 struct snapfg_snapshot *
@@ -681,8 +715,10 @@ snapfg_flush (struct snapfg_engine *e, struct snapfg_snapshot *from)
   }
 
   /* COW first: an origin chunk on disk must never be newer than the
-   * snapshots' copies of it.
+   * snapshots' copies of it.  The checkpoint bitmap too: an origin
+   * change on disk must never be missing from it.
    */
+  checkpoint_sync (e);
   for (size_t i = 0; i < e->nsnapshots && r == 0; ++i) {
     struct snapfg_snapshot *s = e->snapshots[i];
     int sr;

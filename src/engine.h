@@ -42,6 +42,8 @@ struct snapfg_snapshot_options {
   const char *store_type;          /* "transient" or "persistent" */
   uint32_t chunk_size;             /* power of two, 512 .. 1M */
   uint64_t cow_size;               /* 0: default */
+  const char *checkpoint;          /* also start this checkpoint at the
+                                      snapshot's instant (checkpoint.h) */
 };
 
 /* Checks shared by the plugin's parameter parsing and snapfgctl.  They

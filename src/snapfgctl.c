@@ -47,11 +47,20 @@ usage (FILE *fp)
            "  status [NAME]             snapshots: state, usage, chunk size, store\n"
            "  list                      the exports, one per line\n"
            "  create NAME --cow PATH [--store persistent|transient]\n"
-           "         [--chunk-size N] [--cow-size N]   take a snapshot now\n"
+           "         [--chunk-size N] [--cow-size N] [--checkpoint CKPT]\n"
+           "                            take a snapshot now (and start checkpoint\n"
+           "                            CKPT at the same instant)\n"
            "  drop NAME                 remove a snapshot\n"
            "  set-block-size 512|4096   advertised block size (new connections)\n"
            "  merge NAME                merge a persistent snapshot into the origin\n"
            "  changed NAME              origin ranges written since the snapshot\n"
+           "  changed --since CKPT [SNAPSHOT]\n"
+           "                            origin ranges changed since checkpoint CKPT\n"
+           "                            (up to now, or up to SNAPSHOT's instant)\n"
+           "  checkpoint create NAME    start a checkpoint (changed-block tracking)\n"
+           "  checkpoint list           the checkpoints, oldest first\n"
+           "  checkpoint drop NAME      remove a checkpoint (its changes go to the\n"
+           "                            one before it)\n"
            "  stats                     per-export counters and latency\n"
            "  --json                    print the server's JSON reply\n");
 }
@@ -319,6 +328,20 @@ print_human (const char *cmd, const struct json_value *r)
               get_str (a->items[i], "state"),
               get_str (a->items[i], "status"));
   }
+  else if (strcmp (cmd, "checkpoint-list") == 0) {
+    a = json_get (r, "checkpoints");
+    for (size_t i = 0; a && i < a->count; ++i) {
+      const struct json_value *x = a->items[i];
+      const char *snap = json_get_string (x, "snapshot");
+
+      printf ("%s\t%s\tseq %" PRIu64 "\tgranularity %" PRIu64 "\t%" PRIu64
+              " bytes dirty\tcreated %" PRIu64 "%s%s\n", get_str (x, "name"),
+              get_str (x, "state"), get_u64 (x, "seq"),
+              get_u64 (x, "granularity"), get_u64 (x, "dirty_bytes"),
+              get_u64 (x, "created"), snap ? "\tsnapshot " : "",
+              snap ? snap : "");
+    }
+  }
   else if (strcmp (cmd, "changed") == 0) {
     a = json_get (r, "ranges");
     for (size_t i = 0; a && i < a->count; ++i)
@@ -382,6 +405,61 @@ build_request (int argc, char *argv[], struct json_buf *req)
     if (need_args (cmd, argc - 1, 0, 0) < 0)
       return -1;
   }
+  else if (strcmp (cmd, "changed") == 0 && argc > 1 &&
+           strncmp (argv[1], "--since", 7) == 0) {
+    /* changed --since CKPT [SNAPSHOT] (or --since=CKPT). */
+    const char *since;
+    int i = 2;
+
+    if (argv[1][7] == '=')
+      since = argv[1] + 8;
+    else if (argv[1][7] == '\0' && argc > 2)
+      since = argv[i++];
+    else {
+      fprintf (stderr, "snapfgctl: usage: changed --since CHECKPOINT "
+               "[SNAPSHOT]\n");
+      return -1;
+    }
+    if (*since == '\0' || argc - i > 1) {
+      fprintf (stderr, "snapfgctl: usage: changed --since CHECKPOINT "
+               "[SNAPSHOT]\n");
+      return -1;
+    }
+    json_key (req, "since", false);
+    json_string (req, since);
+    if (i < argc) {
+      json_key (req, "name", false);
+      json_string (req, argv[i]);
+    }
+  }
+  else if (strcmp (cmd, "checkpoint") == 0) {
+    const char *sub = argc > 1 ? argv[1] : "";
+
+    /* The protocol's command is checkpoint-SUB; rewrite what we sent. */
+    json_buf_free (req);
+    memset (req, 0, sizeof *req);
+    json_raw (req, "{");
+    json_key (req, "cmd", true);
+    if (strcmp (sub, "list") == 0) {
+      if (need_args ("checkpoint list", argc - 2, 0, 0) < 0)
+        return -1;
+      json_string (req, "checkpoint-list");
+    }
+    else if (strcmp (sub, "create") == 0 || strcmp (sub, "drop") == 0) {
+      if (need_args (strcmp (sub, "create") == 0 ? "checkpoint create"
+                     : "checkpoint drop", argc - 2, 1, 1) < 0)
+        return -1;
+      json_string (req, strcmp (sub, "create") == 0 ? "checkpoint-create"
+                   : "checkpoint-drop");
+      json_key (req, "name", false);
+      json_string (req, argv[2]);
+    }
+    else {
+      fprintf (stderr, "snapfgctl: usage: checkpoint create NAME | "
+               "checkpoint list | checkpoint drop NAME\n");
+      return -1;
+    }
+  }
   else if (strcmp (cmd, "drop") == 0 || strcmp (cmd, "merge") == 0 ||
            strcmp (cmd, "changed") == 0) {
     if (need_args (cmd, argc - 1, 1, 1) < 0)
@@ -403,9 +481,10 @@ build_request (int argc, char *argv[], struct json_buf *req)
       { "store", required_argument, NULL, 's' },
       { "chunk-size", required_argument, NULL, 'k' },
       { "cow-size", required_argument, NULL, 'z' },
+      { "checkpoint", required_argument, NULL, 'p' },
       { NULL, 0, NULL, 0 },
     };
-    const char *cow = NULL, *store = NULL, *name = NULL;
+    const char *cow = NULL, *store = NULL, *name = NULL, *ckpt = NULL;
     uint64_t chunk = 0, cow_size = 0;
     int c;
 
@@ -415,6 +494,7 @@ build_request (int argc, char *argv[], struct json_buf *req)
       switch (c) {
       case 'c': cow = optarg; break;
       case 's': store = optarg; break;
+      case 'p': ckpt = optarg; break;
       case 'k':
         if (parse_size ("--chunk-size", optarg, &chunk) < 0)
           return -1;
@@ -432,7 +512,7 @@ build_request (int argc, char *argv[], struct json_buf *req)
     if (name == NULL || cow == NULL || optind != argc) {
       fprintf (stderr, "snapfgctl: usage: create NAME --cow PATH "
                "[--store persistent|transient] [--chunk-size N] "
-               "[--cow-size N]\n");
+               "[--cow-size N] [--checkpoint CKPT]\n");
       return -1;
     }
     json_key (req, "name", false);
@@ -463,6 +543,10 @@ build_request (int argc, char *argv[], struct json_buf *req)
     if (cow_size) {
       json_key (req, "cow_size", false);
       json_printf (req, "%" PRIu64, cow_size);
+    }
+    if (ckpt) {
+      json_key (req, "checkpoint", false);
+      json_string (req, ckpt);
     }
   }
   else {
@@ -505,7 +589,9 @@ cmd_remote (const char *socket_path, bool json_output, int argc,
     if (json_output)
       fputs (line, stdout);
     else
-      print_human (argv[0], reply);
+      print_human (strcmp (argv[0], "checkpoint") == 0 && argc > 1 &&
+                   strcmp (argv[1], "list") == 0 ? "checkpoint-list"
+                   : argv[0], reply);
   }
   else {
     if (json_output)

@@ -15,7 +15,10 @@
 #include <nbdkit-plugin.h>
 
 #include "engine.h"
+#include "cbt-bitmap.h"
+#include "checkpoint.h"
 #include "device.h"
+#include "catalogue.h"
 #include "control-server.h"
 #include "snapfg-log.h"
 
@@ -36,6 +39,10 @@ static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
 static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
 static char *control_path;
+static char *state_path;
+static struct catalogue *catalogue;
+static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
+static bool cbt_granularity_given;
 
 static struct snapfg_engine *engine;
 static struct control_server *control;
@@ -66,6 +73,10 @@ plugin_unload (void)
   control = NULL;
   snapfg_engine_close (engine);
   engine = NULL;
+  /* After the engine: its checkpoints write their last records. */
+  catalogue_close (catalogue);
+  catalogue = NULL;
+  free (state_path);
   free (origin_path);
   free (cow_path);
   for (size_t i = 0; i < nextra_snapshots; ++i) {
@@ -193,6 +204,23 @@ plugin_config (const char *key, const char *value)
       return -1;
     }
   }
+  else if (strcmp (key, "state") == 0) {
+    free (state_path);
+    state_path = nbdkit_absolute_path (value);
+    if (state_path == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "cbt-granularity") == 0) {
+    if (parse_size_param (key, value, &cbt_granularity) == -1)
+      return -1;
+    /* Checked against chunk-size= once every parameter is known. */
+    problem = cbt_check_granularity (cbt_granularity, 0);
+    if (problem) {
+      nbdkit_error ("cbt-granularity=%s: %s", value, problem);
+      return -1;
+    }
+    cbt_granularity_given = true;
+  }
   else if (strcmp (key, "control") == 0) {
     free (control_path);
     /* nbdkit changes directory when it forks: keep the path absolute. */
@@ -216,6 +244,7 @@ plugin_config_complete (void)
     .locking = locking,
     .block_size = block_size,
   };
+  const char *problem;
 
   if (origin_path == NULL) {
     nbdkit_error ("the origin= parameter is required "
@@ -234,7 +263,27 @@ plugin_config_complete (void)
     return -1;
   }
 
+  /* The default follows a chunk size larger than itself. */
+  if (!cbt_granularity_given && cbt_granularity < chunk_size)
+    cbt_granularity = chunk_size;
+  problem = cbt_check_granularity (cbt_granularity, chunk_size);
+  if (problem) {
+    nbdkit_error ("cbt-granularity=%" PRIi64 ": %s (chunk-size=%" PRIi64
+                  ")", cbt_granularity, problem, chunk_size);
+    return -1;
+  }
+
   if (snapfg_engine_open (&opts, &engine) < 0)
+    return -1;
+  if (state_path) {
+    struct catalogue_origin origin = {
+      .path = snapfg_origin_path (engine),
+      .size = snapfg_size (engine),
+    };
+    if (catalogue_open (state_path, &origin, &catalogue) < 0)
+      return -1;
+  }
+  if (snapfg_checkpoints_open (engine, catalogue, cbt_granularity) < 0)
     return -1;
 
   if (cow_path) {
@@ -303,7 +352,10 @@ plugin_cleanup (void)
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
   "locking=striped|global Exception table locking (default striped).\n" \
-  "control=<SOCKET>      Unix socket for snapfgctl (mode 0600)."
+  "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
+  "state=<FILE>          The origin's catalogue (snapshots, checkpoints).\n" \
+  "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
+  "                      (default 64K)."
 
 /* A connection's view: the origin, or one snapshot. */
 struct handle {
