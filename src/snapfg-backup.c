@@ -643,6 +643,7 @@ cmd_backup (const struct options *o, const char *dir_path)
   char hex1[65], hex2[65], when[32], cow_path[PATH_MAX];
   const char *since = NULL, *prev_image = NULL;
   bool missing, incremental, snapshot_made = false, recorded = false;
+  bool checkpoint_made = false;
   uint64_t size, block;
   unsigned seq;
   time_t started, finished;
@@ -787,7 +788,7 @@ cmd_backup (const struct options *o, const char *dir_path)
     goto out;
   }
   json_decref (reply);
-  snapshot_made = true;
+  snapshot_made = checkpoint_made = true;
 
   /* 2. What to copy. */
   if (open_export (src[0], o->uri, name) == -1)
@@ -972,6 +973,13 @@ cmd_backup (const struct options *o, const char *dir_path)
     disconnect (src[i]);
   if (snapshot_made)
     drop_snapshot (o, name);
+  /* A failed run leaves the server as it found it: without its new
+   * checkpoint, the older one tracking again (the server folds the
+   * dropped checkpoint's bits into it).  If this fails too, the next
+   * run drops it as a leftover.
+   */
+  if (checkpoint_made && !recorded)
+    drop_checkpoint (o, name);
   free (ranges);
   free (sums);
   json_decref (stale_ckpts);
