@@ -171,7 +171,7 @@ control_parse_request (const char *line, size_t len,
     req->cmd == CONTROL_CHECKPOINT_CREATE ||
     req->cmd == CONTROL_CHECKPOINT_DROP;
   if (get_string (v, "name", required_name, &req->name, err, err_len) < 0 ||
-      get_string (v, "cow", req->cmd == CONTROL_CREATE, &req->cow,
+      get_string (v, "cow", false, &req->cow,
                   err, err_len) < 0 ||
       get_string (v, "store", false, &req->store, err, err_len) < 0 ||
       get_string (v, "checkpoint", false, &req->checkpoint, err,

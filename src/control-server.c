@@ -463,7 +463,7 @@ execute (struct control_server *srv, const struct control_request *req,
       reply_error (out, "chunk_size: must be between 512 and 1M");
       return;
     }
-    if (req->cow[0] != '/' && !device_is_uri (req->cow)) {
+    if (req->cow && req->cow[0] != '/' && !device_is_uri (req->cow)) {
       /* The server's working directory is "/", not the client's. */
       reply_error (out, "cow: the path must be absolute (or an NBD URI)");
       return;

@@ -15,7 +15,10 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "catalogue.h"
 #include "checkpoint.h"
+#include "file-lock.h"
+#include "store-binding.h"
 #include "snapfg-log.h"
 
 const char *
@@ -98,6 +101,26 @@ snapfg_engine_open (const struct snapfg_options *opts,
                   opts->origin_path, device_strerror (r));
     goto err_free;
   }
+  /* Locked while we serve it: a second server, or a program such as
+   * QEMU that locks its images, on the same origin is refused.  A
+   * read-only origin takes a shared lock: several readers are fine, a
+   * writer is not (as with a shared activation in LVM).  An NBD export
+   * cannot be locked.
+   */
+  if (!e->origin.is_nbd) {
+    r = file_lock (e->origin.fd, !e->origin.readonly);
+    if (r < 0) {
+      if (r == -EAGAIN)
+        snapfg_error ("origin=%s: is in use (locked by another snapfg "
+                      "server, or a program such as QEMU); stop it first",
+                      opts->origin_path);
+      else
+        snapfg_error ("origin=%s: cannot lock it: %s", opts->origin_path,
+                      strerror (-r));
+      r = r == -EAGAIN ? -EBUSY : r;
+      goto err_close;
+    }
+  }
   if (e->origin.size == 0) {
     snapfg_error ("origin=%s: is empty (size 0)", opts->origin_path);
     r = -EINVAL;
@@ -140,9 +163,39 @@ snapfg_engine_open (const struct snapfg_options *opts,
   return r;
 }
 
+pthread_mutex_t engine_live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+live_remove (struct snapfg_snapshot *s)
+{
+  pthread_mutex_lock (&engine_live_lock);
+  if (s->live_prevp) {
+    *s->live_prevp = s->live_next;
+    if (s->live_next)
+      s->live_next->live_prevp = s->live_prevp;
+    s->live_prevp = NULL;
+  }
+  pthread_mutex_unlock (&engine_live_lock);
+}
+
+static void
+live_insert (struct snapfg_snapshot *s)
+{
+  struct snapfg_engine *e = s->engine;
+
+  pthread_mutex_lock (&engine_live_lock);
+  s->live_next = e->live;
+  if (e->live)
+    e->live->live_prevp = &s->live_next;
+  e->live = s;
+  s->live_prevp = &e->live;
+  pthread_mutex_unlock (&engine_live_lock);
+}
+
 static void
 snapshot_free (struct snapfg_snapshot *s, bool clean)
 {
+  live_remove (s);
   if (s->store)
     s->store->ops->close (s->store, clean);
   if (s->table.stripes)
@@ -171,11 +224,22 @@ snapfg_engine_close (struct snapfg_engine *e)
     struct snapfg_snapshot *s = e->snapshots[i];
 
     atomic_store (&s->state, SNAPSHOT_DROPPED);
+    live_remove (s);
     s->store->ops->close (s->store, true);
     s->store = NULL;
     snapfg_snapshot_put (s);
   }
   free (e->snapshots);
+  /* Dropped snapshots that connections still hold outlive the engine:
+   * take them off its list now.
+   */
+  pthread_mutex_lock (&engine_live_lock);
+  while (e->live) {
+    struct snapfg_snapshot *s = e->live;
+    e->live = s->live_next;
+    s->live_prevp = NULL;
+  }
+  pthread_mutex_unlock (&engine_live_lock);
   stats_destroy (&e->stats);
   percpu_rwlock_destroy (&e->geometry);
   free ((void *) e->zeroes);
@@ -243,10 +307,72 @@ load_exception (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
   return exception_table_insert (&s->table, old_chunk, new_chunk);
 }
 
+static int snapshot_create (struct snapfg_engine *e,
+                            const struct snapfg_snapshot_options *o);
+
+static bool
+catalogue_knows (void *opaque, const char *uuid)
+{
+  struct snapfg_engine *e = opaque;
+  struct catalogue_snapshot *list;
+  size_t n;
+  bool known = false;
+
+  if (e->catalogue == NULL ||
+      catalogue_snapshots (e->catalogue, &list, &n) < 0)
+    return false;
+  for (size_t i = 0; i < n; ++i)
+    if (strcmp (list[i].uuid, uuid) == 0)
+      known = true;
+  catalogue_snapshots_free (list, n);
+  return known;
+}
+
 int
 snapfg_snapshot_create (struct snapfg_engine *e,
                         const struct snapfg_snapshot_options *o)
 {
+  int r;
+
+  /* Without a COW path the catalogue's state directory holds it. */
+  if (o->cow_path == NULL) {
+    struct snapfg_snapshot_options own = *o;
+    char *path;
+
+    if (e->catalogue == NULL) {
+      snapfg_error ("create %s: no COW path given, and the server has no "
+                    "state= catalogue whose directory could hold one; give "
+                    "a COW path (snapfgctl create %s --cow PATH)",
+                    o->name, o->name);
+      return -EINVAL;
+    }
+    path = catalogue_state_file (e->catalogue, o->name, "cow");
+    if (path == NULL)
+      return -EINVAL;
+    own.cow_path = path;
+    own.owned = true;
+    r = snapshot_create (e, &own);
+    free (path);
+    return r;
+  }
+  return snapshot_create (e, o);
+}
+
+static int
+snapshot_create (struct snapfg_engine *e,
+                 const struct snapfg_snapshot_options *o)
+{
+  struct binding_want want = {
+    .request = o->attach == SNAPFG_ATTACH_RESTORE ? BIND_RESTORE
+    : o->attach == SNAPFG_ATTACH_STARTUP ? BIND_STARTUP : BIND_RUNTIME,
+    .origin = &e->origin,
+    .name = o->name,
+    .catalogue_id = e->catalogue ? catalogue_id (e->catalogue) : NULL,
+    .uuid = o->uuid,
+    .merge_expected = o->merging,
+    .catalogue_knows = catalogue_knows,
+    .opaque = e,
+  };
   struct snapfg_store_params params = {
     .type = o->store_type ? o->store_type : "persistent",
     .path = o->cow_path,
@@ -254,6 +380,8 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     .cow_size = o->cow_size,
     .origin = &e->origin,
     .origin_size = e->size,
+    .bind = &want,
+    .must_exist = o->attach == SNAPFG_ATTACH_RESTORE,
   };
   struct snapfg_snapshot *s, **list;
   struct checkpoint *cp = NULL;
@@ -292,10 +420,14 @@ snapfg_snapshot_create (struct snapfg_engine *e,
                   "every snapshot needs its own", o->cow_path, in_use);
     return -EBUSY;
   }
+  r = lifecycle_check_cow (e, o->cow_path);
+  if (r < 0)
+    return r;
 
   s = calloc (1, sizeof *s);
   if (s == NULL)
     return -ENOMEM;
+  s->owned_cow = o->owned;
   s->engine = e;
   atomic_init (&s->state, SNAPSHOT_VALID);
   atomic_init (&s->overflow, false);
@@ -313,7 +445,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   r = store_open (&params, &s->store);
   if (r < 0) {
     snapshot_free (s, false);
-    return r;
+    return r;                   /* -ESTALE: see snapfg_engine_restore */
   }
   s->chunk_size = s->store->chunk_size;
   s->chunk_shift = s->store->chunk_shift;
@@ -365,6 +497,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     r = -EBUSY;
     goto err_discard;
   }
+  /* Grow the list before anything refers to s: on failure s is freed. */
   list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
   if (list == NULL) {
     percpu_rwlock_write_unlock (&e->geometry);
@@ -372,13 +505,27 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     goto err_discard;
   }
   e->snapshots = list;
-  /* Last, as it cannot be undone: the checkpoint takes over tracking. */
+  /* In the catalogue before anyone can see it, and at its instant: a
+   * crash right after leaves a snapshot that a restart brings back.
+   */
+  r = lifecycle_record (e, s, o, params.type);
+  if (r < 0) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    goto err_discard;
+  }
+  /* The checkpoint takes over tracking at the same instant.  If it
+   * cannot be recorded, the snapshot is not taken either.
+   */
   if (cp) {
     r = checkpoint_commit_locked (e, cp);
     if (r < 0) {
+      if (e->catalogue)
+        catalogue_snapshot_remove (e->catalogue, s->name, "dropped",
+                                   "its checkpoint could not be recorded");
       percpu_rwlock_write_unlock (&e->geometry);
       snapfg_error ("snapshot \"%s\": cannot record checkpoint \"%s\" in "
-                    "the catalogue", o->name, o->checkpoint);
+                    "the catalogue; the snapshot is not taken", o->name,
+                    o->checkpoint);
       goto err_discard;
     }
   }
@@ -389,6 +536,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     atomic_store (&s->state, SNAPSHOT_MERGING);
     e->merging = s;
   }
+  live_insert (s);
   list[e->nsnapshots] = s;
   e->nsnapshots++;
   e->min_chunk_size = compute_min_chunk_size (e);
@@ -481,8 +629,8 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
     snapfg_error ("drop: no snapshot named \"%s\"", name);
     return -ENOENT;
   }
-  snapfg_debug ("snapshot %s dropped (COW %s left as it is)",
-                s->name, s->store->dev.path);
+  snapfg_debug ("snapshot %s dropped (COW %s)", s->name, s->store->dev.path);
+  lifecycle_forget (e, s, "dropped");
   snapfg_snapshot_put (s);      /* the list's reference */
   return 0;
 }

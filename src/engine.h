@@ -36,15 +36,45 @@ struct snapfg_options {
   uint32_t block_size;             /* 512 or 4096 */
 };
 
+/* Who attaches a snapshot's store (DESIGN.md section 7): this decides
+ * which existing stores may be attached as valid.
+ */
+enum snapfg_attach {
+  SNAPFG_ATTACH_RUNTIME = 0,       /* create at run time: a new snapshot,
+                                      so a new, empty or all-zero COW */
+  SNAPFG_ATTACH_STARTUP,           /* cow= / snapshot= on the command line */
+  SNAPFG_ATTACH_RESTORE,           /* the catalogue's, at restart */
+};
+
 struct snapfg_snapshot_options {
   const char *name;                /* export name */
-  const char *cow_path;
+  const char *cow_path;            /* NULL: STATE.d/NAME.cow (needs state=) */
   const char *store_type;          /* "transient" or "persistent" */
   uint32_t chunk_size;             /* power of two, 512 .. 1M */
   uint64_t cow_size;               /* 0: default */
+  enum snapfg_attach attach;
+  /* SNAPFG_ATTACH_RESTORE: the catalogue's record. */
+  const char *uuid;
+  bool merging;                    /* the catalogue says a merge is under way */
+  bool owned;                      /* the COW is in the state directory */
+  int64_t created;
   const char *checkpoint;          /* also start this checkpoint at the
                                       snapshot's instant (checkpoint.h) */
 };
+
+struct catalogue;
+
+/* Keep the engine's snapshots in this catalogue (state=): from now on
+ * every create, drop and merge is recorded in it.  The engine does not
+ * own it (the caller closes it after the engine).
+ */
+extern void snapfg_engine_set_catalogue (struct snapfg_engine *e,
+                                         struct catalogue *cat);
+/* Bring back the catalogue's snapshots (start-up, before any client):
+ * persistent ones under their names, an interrupted merge (resumed by
+ * snapfg_engine_start_background), transient ones recorded as lost.
+ */
+extern int snapfg_engine_restore (struct snapfg_engine *e);
 
 /* Checks shared by the plugin's parameter parsing and snapfgctl.  They
  * return NULL if the value is fine, else a message saying what is wrong.

@@ -27,6 +27,7 @@
 
 #include "device.h"
 #include "dm-format.h"
+#include "store-binding.h"
 #include "exception-table.h"
 #include "snapfg-log.h"
 #include "json.h"
@@ -46,7 +47,7 @@ usage (FILE *fp)
            "Commands for a running server (nbdkit snapfg ... control=SOCKET):\n"
            "  status [NAME]             snapshots: state, usage, chunk size, store\n"
            "  list                      the exports, one per line\n"
-           "  create NAME --cow PATH [--store persistent|transient]\n"
+           "  create NAME [--cow PATH] [--store persistent|transient]\n"
            "         [--chunk-size N] [--cow-size N] [--checkpoint CKPT]\n"
            "                            take a snapshot now (and start checkpoint\n"
            "                            CKPT at the same instant)\n"
@@ -81,6 +82,34 @@ inspect_pair (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
   if (is->print)
     printf ("%" PRIu64 " %" PRIu64 "\n", old_chunk, new_chunk);
   return 0;
+}
+
+/* The binding record snapfg keeps in the header chunk (store-binding.h). */
+static void
+print_binding (const struct snapfg_device *dev, const struct dm_header *h)
+{
+  unsigned char sector[512];
+  struct store_binding b;
+
+  if (h->snapfg_merging)
+    printf ("merge mark: a merge into the origin is in progress\n");
+  if (device_pread (dev, sector, sizeof sector, 0) < 0)
+    return;
+  if (binding_decode (sector + STORE_BINDING_OFFSET, &b) < 0) {
+    printf ("binding: damaged (checksum mismatch)\n");
+    return;
+  }
+  if (!b.present) {
+    printf ("binding: none (written by the kernel or an older snapfg)\n");
+    return;
+  }
+  printf ("binding: snapshot %s, uuid %s, %s, state %s, created %" PRIi64
+          "\n", b.name, b.uuid, binding_mode_name (b.mode),
+          binding_state_name (b.state), b.created);
+  printf ("binding origin: %s (%" PRIu64 " bytes)\n", b.origin_path,
+          b.origin_size);
+  if (b.catalogue_id[0])
+    printf ("binding catalogue: %s\n", b.catalogue_id);
 }
 
 static int
@@ -147,6 +176,7 @@ cmd_inspect (int argc, char *argv[])
           h.chunk_sectors, chunk_size);
   printf ("pairs per metadata area: %" PRIu64 "\n",
           dm_pairs_per_area (chunk_size));
+  print_binding (&dev, &h);
   total = dev.size / chunk_size * sectors_per_chunk;
   if (h.valid == 0) {
     /* dm does not read the table of an Invalid snapshot either. */
@@ -509,16 +539,21 @@ build_request (int argc, char *argv[], struct json_buf *req)
     }
     if (optind < argc)
       name = argv[optind++];
-    if (name == NULL || cow == NULL || optind != argc) {
-      fprintf (stderr, "snapfgctl: usage: create NAME --cow PATH "
+    if (name == NULL || optind != argc) {
+      fprintf (stderr, "snapfgctl: usage: create NAME [--cow PATH] "
                "[--store persistent|transient] [--chunk-size N] "
                "[--cow-size N] [--checkpoint CKPT]\n");
       return -1;
     }
     json_key (req, "name", false);
     json_string (req, name);
-    json_key (req, "cow", false);
-    if (cow[0] == '/' || device_is_uri (cow))
+    /* Without --cow, a server with state= keeps the store in its state
+     * directory (and one without refuses).
+     */
+    if (cow == NULL)
+      ;
+    else if (json_key (req, "cow", false), cow[0] == '/' ||
+             device_is_uri (cow))
       json_string (req, cow);
     else {
       /* The server runs in "/": send an absolute path. */

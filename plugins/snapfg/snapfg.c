@@ -18,8 +18,8 @@
 #include "cbt-bitmap.h"
 #include "checkpoint.h"
 #include "device.h"
-#include "catalogue.h"
 #include "control-server.h"
+#include "catalogue.h"
 #include "snapfg-log.h"
 
 /* Parameters (see nbdkit-snapfg-plugin(1)). */
@@ -40,11 +40,11 @@ static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
 static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
 static char *control_path;
 static char *state_path;
-static struct catalogue *catalogue;
 static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
 static bool cbt_granularity_given;
 
 static struct snapfg_engine *engine;
+static struct catalogue *catalogue;
 static struct control_server *control;
 
 static void
@@ -73,7 +73,7 @@ plugin_unload (void)
   control = NULL;
   snapfg_engine_close (engine);
   engine = NULL;
-  /* After the engine: its checkpoints write their last records. */
+  /* After the engine: it (and its checkpoints) record into it. */
   catalogue_close (catalogue);
   catalogue = NULL;
   free (state_path);
@@ -204,12 +204,6 @@ plugin_config (const char *key, const char *value)
       return -1;
     }
   }
-  else if (strcmp (key, "state") == 0) {
-    free (state_path);
-    state_path = nbdkit_absolute_path (value);
-    if (state_path == NULL)
-      return -1;
-  }
   else if (strcmp (key, "cbt-granularity") == 0) {
     if (parse_size_param (key, value, &cbt_granularity) == -1)
       return -1;
@@ -228,12 +222,52 @@ plugin_config (const char *key, const char *value)
     if (control_path == NULL)
       return -1;
   }
+  else if (strcmp (key, "state") == 0) {
+    free (state_path);
+    /* May not exist yet; nbdkit changes directory when it forks. */
+    state_path = nbdkit_absolute_path (value);
+    if (state_path == NULL)
+      return -1;
+  }
   else {
     nbdkit_error ("unknown parameter '%s' (see nbdkit-snapfg-plugin(1))",
                   key);
     return -1;
   }
   return 0;
+}
+
+/* A snapshot named on the command line.  With state= it may be back
+ * from the catalogue already (the same name and COW): nothing to do.
+ */
+static int
+startup_snapshot (const char *name, const char *cow)
+{
+  struct snapfg_snapshot_options snap = {
+    .name = name,
+    .cow_path = cow,
+    .store_type = store_type,
+    .chunk_size = chunk_size,
+    .cow_size = cow_size,
+    .attach = SNAPFG_ATTACH_STARTUP,
+  };
+  struct snapfg_snapshot *s = snapfg_snapshot_get (engine, name);
+
+  if (s) {
+    struct snapfg_snapshot_info info;
+    bool same;
+
+    snapfg_snapshot_info (s, &info);
+    same = strcmp (info.cow_path, cow) == 0;
+    snapfg_snapshot_put (s);
+    if (same)
+      return 0;
+    nbdkit_error ("snapshot %s (COW %s): the catalogue %s already has a "
+                  "snapshot of that name, with COW %s", name, cow,
+                  state_path, info.cow_path);
+    return -1;
+  }
+  return snapfg_snapshot_create (engine, &snap) < 0 ? -1 : 0;
 }
 
 static int
@@ -275,6 +309,10 @@ plugin_config_complete (void)
 
   if (snapfg_engine_open (&opts, &engine) < 0)
     return -1;
+
+  /* The catalogue's snapshots come back first, under their names, and
+   * an interrupted merge is set up again: all before any client.
+   */
   if (state_path) {
     struct catalogue_origin origin = {
       .path = snapfg_origin_path (engine),
@@ -282,33 +320,24 @@ plugin_config_complete (void)
     };
     if (catalogue_open (state_path, &origin, &catalogue) < 0)
       return -1;
+    snapfg_engine_set_catalogue (engine, catalogue);
+    if (snapfg_engine_restore (engine) < 0)
+      return -1;
   }
+  /* The checkpoints (they need the catalogue) track from here on, before
+   * any client and before a resumed merge copies anything.
+   */
   if (snapfg_checkpoints_open (engine, catalogue, cbt_granularity) < 0)
     return -1;
 
-  if (cow_path) {
-    struct snapfg_snapshot_options snap = {
-      .name = SNAPFG_STARTUP_SNAPSHOT,
-      .cow_path = cow_path,
-      .store_type = store_type,
-      .chunk_size = chunk_size,
-      .cow_size = cow_size,
-    };
-    if (snapfg_snapshot_create (engine, &snap) < 0)
-      return -1;
-  }
+  if (cow_path &&
+      startup_snapshot (SNAPFG_STARTUP_SNAPSHOT, cow_path) < 0)
+    return -1;
   /* Then the snapshot= ones, in order, with the same store settings. */
-  for (size_t i = 0; i < nextra_snapshots; ++i) {
-    struct snapfg_snapshot_options snap = {
-      .name = extra_snapshots[i].name,
-      .cow_path = extra_snapshots[i].cow_path,
-      .store_type = store_type,
-      .chunk_size = chunk_size,
-      .cow_size = cow_size,
-    };
-    if (snapfg_snapshot_create (engine, &snap) < 0)
+  for (size_t i = 0; i < nextra_snapshots; ++i)
+    if (startup_snapshot (extra_snapshots[i].name,
+                          extra_snapshots[i].cow_path) < 0)
       return -1;
-  }
   return 0;
 }
 
@@ -353,7 +382,8 @@ plugin_cleanup (void)
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
   "locking=striped|global Exception table locking (default striped).\n" \
   "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
-  "state=<FILE>          The origin's catalogue (snapshots, checkpoints).\n" \
+  "state=<FILE>          The origin's catalogue: snapshots and checkpoints\n" \
+  "                      survive restarts.\n" \
   "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
   "                      (default 64K)."
 
