@@ -1036,9 +1036,10 @@ cmd_restore (const struct options *o, const char *dir_path, const char *out)
   size = json_u64 (run, "size");
   block = json_u64 (run, "sum_block");
 
-  if (lstat (out, &st) == 0) {
-    backup_error ("%s exists: restore writes a new file; remove it or "
-                  "give another name", out);
+  /* A new file, or an empty one (mktemp's): nothing is lost. */
+  if (lstat (out, &st) == 0 && !(S_ISREG (st.st_mode) && st.st_size == 0)) {
+    backup_error ("%s exists and is not an empty file: restore writes a "
+                  "new file; remove it or give another name", out);
     goto done;
   }
   snprintf (image, sizeof image, "%s/%s", dir_path, json_str (run, "image"));

@@ -132,6 +132,10 @@ echo mine >"$tmpdir/exists"
 st=0; bk restore "$dir" "$tmpdir/exists" || st=$?
 [ "$st" -eq 1 ] && [ "$(cat "$tmpdir/exists")" = mine ] ||
     check_fail "restore over an existing file: exit $st, file $(head -c 20 "$tmpdir/exists")"
+# An empty file (mktemp's) holds nothing to lose.
+: >"$tmpdir/empty.img"
+bk restore "$dir" "$tmpdir/empty.img" --at 1 || { cat "$tmpdir/bk.log" >&2; check_fail "restore into an empty file"; }
+cmp "$tmpdir/empty.img" "$tmpdir/expect-1.img" || check_fail "restore into an empty file differs"
 st=0; bk restore "$dir" "$tmpdir/nope" --at 9 || st=$?
 [ "$st" -eq 1 ] && grep -q 'no run 9' "$tmpdir/bk.log" || check_fail "restore --at 9: exit $st"
 
