@@ -101,8 +101,8 @@ usage (FILE *fp)
            "  -u, --uri=NBD_URI      the server, e.g. nbd+unix:///?socket=S,\n"
            "                         nbd://host:port/, nbds://host/?tls-psk-file=F\n"
            "  --full                 a full backup even if DIR has a chain\n"
-           "  --cow-dir=DIR          the snapshot's COW store goes here (for a\n"
-           "                         server without state=)\n"
+           "  --cow-dir=DIR          the snapshot's COW store goes here, not in\n"
+           "                         the server's state directory\n"
            "  --at=N                 restore run N (see DIR/manifest.json)\n"
            "  -O, --output-format=raw|qcow2   restore's format (default raw)\n"
            "  -h, --help, -V, --version\n"
@@ -784,7 +784,9 @@ cmd_backup (const struct options *o, const char *dir_path)
   reply = control_call (o->socket, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
-    backup_error ("creating snapshot and checkpoint %s: %s", name, err);
+    backup_error ("creating snapshot and checkpoint %s: %s (snapfg-backup "
+                  "needs a server started with state=FILE and control=SOCKET)",
+                  name, err);
     goto out;
   }
   json_decref (reply);
