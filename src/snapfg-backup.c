@@ -496,6 +496,7 @@ check_new_dir (struct backup_dir *d)
     bool partial;
     if (strcmp (e->d_name, ".") == 0 || strcmp (e->d_name, "..") == 0 ||
         strcmp (e->d_name, ".lock") == 0 ||
+        strcmp (e->d_name, "lost+found") == 0 ||
         strcmp (e->d_name, "manifest.json.tmp") == 0 ||
         (our_file (e->d_name, &seq, &partial) && (partial ||
                                                  strstr (e->d_name, ".sums"))))
@@ -541,10 +542,22 @@ clean_leftovers (struct backup_dir *d, json_t *last)
   }
   while ((e = readdir (dp)) != NULL) {
     unsigned seq;
-    bool is_partial;
+    bool is_partial, ours = our_file (e->d_name, &seq, &is_partial);
+    bool is_sums = ours && strstr (e->d_name, ".sums") != NULL;
+
+    /* An interrupted run leaves temporary files, and sums (written
+     * before the manifest).  A finished image the manifest does not
+     * know never comes from a crash: it is not ours to remove, and the
+     * run would replace it.
+     */
+    if (ours && !is_partial && !is_sums && seq > last_seq) {
+      backup_error ("%s/%s is not in the manifest (its last run is %u): "
+                    "move it out of the way", d->path, e->d_name, last_seq);
+      closedir (dp);
+      return -1;
+    }
     if (strcmp (e->d_name, "manifest.json.tmp") == 0 ||
-        (our_file (e->d_name, &seq, &is_partial) &&
-         (is_partial || seq > last_seq))) {
+        (ours && (is_partial || (is_sums && seq > last_seq)))) {
       if (unlinkat (d->fd, e->d_name, 0) == 0)
         backup_info ("removed %s, left by an interrupted run", e->d_name);
     }

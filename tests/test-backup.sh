@@ -157,6 +157,14 @@ st=0; bk restore "$tmpdir/damaged" "$tmpdir/bad.img" --at 3 || st=$?
 [ "$st" -eq 1 ] && grep -q 'differs from run 3' "$tmpdir/bk.log" && [ ! -e "$tmpdir/bad.img" ] ||
     check_fail "restore of a damaged image: exit $st: $(cat "$tmpdir/bk.log")"
 
+# An image the manifest does not know is not removed or replaced.
+echo foreign >"$tmpdir/damaged/0005-incr.qcow2"
+st=0; bk -S "$ctl" -u "$origin" backup "$tmpdir/damaged" || st=$?
+[ "$st" -eq 1 ] && grep -q 'not in the manifest' "$tmpdir/bk.log" &&
+    [ "$(cat "$tmpdir/damaged/0005-incr.qcow2")" = foreign ] ||
+    check_fail "backup beside an unknown image: exit $st: $(cat "$tmpdir/bk.log")"
+[ -z "$(our_snapshots "$ctl")" ] || check_fail "the refused run left a snapshot"
+
 # qemu-img alone reads the chain, after the directory moved.
 mv "$dir" "$tmpdir/moved"
 qemu-img info --backing-chain "$tmpdir/moved/0004-incr.qcow2" >"$tmpdir/chain" ||
