@@ -16,6 +16,9 @@
 # E. The source failing (nbdkit's error filter on reads): exit 1, nothing
 #    recorded, snapshot dropped; once the errors stop the next run is
 #    correct.
+# F. A crash after the manifest is durable but before the image's rename:
+#    restore reads the .partial the manifest vouches for, and the next
+#    run finishes the rename.
 
 set -euo pipefail
 source "$(dirname "$0")/backup-functions.sh"
@@ -178,6 +181,16 @@ restore_equals "$dir" 6 "$tmpdir/expect-6.img" "run 6 restores after a failed ru
 write_some 30 9
 run_ok 7 "incremental after a failed run"
 [ "$(manifest_field "$dir" 7 type)" = incremental ] || check_fail "run 7 was not incremental"
+
+# --- F: a crash between the durable manifest and the rename -------------
+# (the manifest names 0007-incr.qcow2, only its .partial exists)
+mv "$dir/0007-incr.qcow2" "$dir/0007-incr.qcow2.partial"
+restore_equals "$dir" 7 "$tmpdir/expect-7.img" "restore of a run whose rename was cut short"
+write_some 30 10
+run_ok 8 "incremental after a rename cut short"
+[ -f "$dir/0007-incr.qcow2" ] && [ ! -e "$dir/0007-incr.qcow2.partial" ] ||
+    check_fail "the cut-short rename was not finished: $(ls "$dir")"
+restore_equals "$dir" 7 "$tmpdir/expect-7.img" "run 7 after finishing its rename"
 
 stop_nbdkit "$pidf"
 finish
