@@ -46,6 +46,7 @@ struct slot {
   uint64_t offset, length;
   size_t src;                   /* index of the source connection */
   int error;                    /* errno of the last request, 0 if none */
+  int writes;                   /* writes of the piece not completed */
   char *buf;
 };
 
@@ -106,7 +107,8 @@ write_done (void *opaque, int *error)
 
   if (*error)
     s->error = *error;
-  s->state = SLOT_WRITE_DONE;
+  if (--s->writes == 0)
+    s->state = SLOT_WRITE_DONE;
   return 1;
 }
 
@@ -189,21 +191,79 @@ next_piece (const struct copy_job *job, struct cursor *c, uint64_t piece,
   return false;
 }
 
-static void
-record_sums (struct copy_job *job, const struct slot *s, bool zero,
-             const unsigned char *zero_sum)
+/* The pieces are at most this many blocks (PIECE_SIZE / 64K). */
+#define MAX_PIECE_BLOCKS (PIECE_SIZE / 65536)
+
+/* Checksum each block of the piece just read and note which are zero. */
+static size_t
+scan_blocks (struct copy_job *job, const struct slot *s,
+             const unsigned char *zero_sum, bool zero[MAX_PIECE_BLOCKS])
 {
+  size_t n = 0;
+
   for (uint64_t o = s->offset; o < s->offset + s->length; o += job->block) {
-    uint64_t n = job->block;
+    uint64_t len = job->block;
+    const char *p = s->buf + (o - s->offset);
     unsigned char *d = job->sums + (o / job->block) * SHA256_LEN;
 
-    if (o + n > s->offset + s->length)
-      n = s->offset + s->length - o;
-    if (zero && n == job->block)
+    if (o + len > s->offset + s->length)
+      len = s->offset + s->length - o;
+    zero[n] = is_zero (p, len);
+    if (zero[n] && len == job->block)
       memcpy (d, zero_sum, SHA256_LEN);
     else
-      sha256_buf (s->buf + (o - s->offset), n, d);
+      sha256_buf (p, len, d);
+    n++;
   }
+  return n;
+}
+
+/* Write the piece: runs of data blocks as data, runs of zero blocks as
+ * zeroes in an overlay (skipping them would show the older image) or
+ * not at all in a new image (it reads as zero already).  Returns -1 if
+ * a write could not be issued (the others still complete).
+ */
+static int
+write_piece (struct copy_job *job, struct slot *s, const bool *zero,
+             size_t nblocks)
+{
+  int r = 0;
+
+  s->writes = 1;                /* held until every write is issued */
+  for (size_t i = 0; i < nblocks && r == 0; ) {
+    size_t j = i + 1;
+    uint64_t off, len;
+    int64_t c;
+
+    while (j < nblocks && zero[j] == zero[i])
+      j++;
+    off = s->offset + i * job->block;
+    len = j * job->block < s->length ? j * job->block : s->length;
+    len -= i * job->block;
+    i = j;
+    if (zero[j - 1] && !job->write_zeroes)
+      continue;
+    s->writes++;
+    if (zero[j - 1])
+      c = nbd_aio_zero (job->dst, len, off,
+                        (nbd_completion_callback) { .callback = write_done,
+                                                    .user_data = s }, 0);
+    else
+      c = nbd_aio_pwrite (job->dst, s->buf + (off - s->offset), len, off,
+                          (nbd_completion_callback) { .callback = write_done,
+                                                      .user_data = s }, 0);
+    if (c == -1) {
+      s->writes--;
+      r = -1;
+    }
+    else if (zero[j - 1])
+      job->bytes_zeroed += len;
+    else
+      job->bytes_written += len;
+  }
+  if (--s->writes == 0)
+    s->state = SLOT_WRITE_DONE;
+  return r;
 }
 
 int
@@ -282,7 +342,8 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
     /* Finished reads: checksum, then write (or skip). */
     for (int i = 0; i < COPY_SLOTS; ++i) {
       struct slot *s = &slots[i];
-      bool zero;
+      bool zero[MAX_PIECE_BLOCKS];
+      size_t nblocks;
 
       if (s->state == SLOT_READ_DONE) {
         if (s->error) {
@@ -293,35 +354,19 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
           continue;
         }
         job->bytes_read += s->length;
-        zero = is_zero (s->buf, s->length);
-        record_sums (job, s, zero, zero_sum);
-        if (job->dst == NULL || failed || (zero && !job->write_zeroes)) {
+        nblocks = scan_blocks (job, s, zero_sum, zero);
+        if (job->dst == NULL || failed) {
           s->state = SLOT_IDLE;
           in_flight--;
           done += s->length;
           continue;
         }
         s->state = SLOT_WRITING;
-        if ((zero
-             ? nbd_aio_zero (job->dst, s->length, s->offset,
-                             (nbd_completion_callback) { .callback = write_done,
-                                                         .user_data = s }, 0)
-             : nbd_aio_pwrite (job->dst, s->buf, s->length, s->offset,
-                               (nbd_completion_callback) { .callback = write_done,
-                                                           .user_data = s }, 0))
-            == -1) {
+        if (write_piece (job, s, zero, nblocks) == -1)
           FAIL ("writing the image at offset %" PRIu64 ": %s", s->offset,
                 nbd_get_error ());
-          s->state = SLOT_IDLE;
-          in_flight--;
-          continue;
-        }
-        if (zero)
-          job->bytes_zeroed += s->length;
-        else
-          job->bytes_written += s->length;
       }
-      else if (s->state == SLOT_WRITE_DONE) {
+      if (s->state == SLOT_WRITE_DONE) {
         if (s->error)
           FAIL ("writing the image at offset %" PRIu64 ": %s", s->offset,
                 strerror (s->error));
@@ -353,6 +398,16 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
       if (!more)
         break;
       continue;
+    }
+
+    /* A completion may have come in while requests were issued. */
+    {
+      bool ready = false;
+      for (int i = 0; i < COPY_SLOTS && !ready; ++i)
+        ready = slots[i].state == SLOT_READ_DONE ||
+          slots[i].state == SLOT_WRITE_DONE;
+      if (ready)
+        continue;
     }
 
     /* Wait for the connections. */
