@@ -73,6 +73,7 @@ struct snapfg_engine {
   uint32_t block_size;
   struct snapfg_snapshot **snapshots;
   size_t nsnapshots;
+  unsigned max_snapshots;       /* max-snapshots= */
   uint32_t min_chunk_size;     /* origin requests split at this size */
   struct snapfg_snapshot *merging;  /* being merged: origin I/O is routed */
 

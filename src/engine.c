@@ -85,6 +85,8 @@ snapfg_engine_open (const struct snapfg_options *opts,
   e->locking = opts->locking;
   e->block_size = opts->block_size ? opts->block_size
     : SNAPFG_DEFAULT_BLOCK_SIZE;
+  e->max_snapshots = opts->max_snapshots ? opts->max_snapshots
+    : SNAPFG_DEFAULT_MAX_SNAPSHOTS;
 
   r = device_open (&e->origin, opts->origin_path, false);
   if (r == -EACCES || r == -EROFS || r == -EPERM) {
@@ -328,6 +330,15 @@ catalogue_knows (void *opaque, const char *uuid)
   return known;
 }
 
+static void
+too_many_snapshots (struct snapfg_engine *e, const char *name)
+{
+  snapfg_error ("snapshot \"%s\": the origin already has %u snapshots, the "
+                "maximum (max-snapshots=%u); drop one first, or restart the "
+                "server with a larger max-snapshots=", name,
+                e->max_snapshots, e->max_snapshots);
+}
+
 int
 snapfg_snapshot_create (struct snapfg_engine *e,
                         const struct snapfg_snapshot_options *o)
@@ -388,7 +399,7 @@ snapshot_create (struct snapfg_engine *e,
   const char *problem;
   percpu_rwlock_token token;
   const char *in_use;
-  bool exists, merging;
+  bool exists, merging, full;
   int r;
 
   problem = snapfg_check_chunk_size (params.chunk_size);
@@ -396,15 +407,22 @@ snapshot_create (struct snapfg_engine *e,
     snapfg_error ("chunk-size=%" PRIu32 ": %s", params.chunk_size, problem);
     return -EINVAL;
   }
-  if (strcmp (o->name, "") == 0 || strcmp (o->name, "origin") == 0) {
-    snapfg_error ("snapshot name \"%s\" is reserved for the origin", o->name);
+  problem = snapfg_check_snapshot_name (o->name);
+  if (problem) {
+    snapfg_error ("snapshot name \"%.*s\": %s",
+                  (int) strcspn (o->name, "\n\r"), o->name, problem);
     return -EINVAL;
   }
   token = percpu_rwlock_read_lock (&e->geometry);
   exists = find_snapshot_locked (e, o->name) != NULL;
   in_use = cow_in_use_locked (e, o->cow_path);
   merging = e->merging != NULL;
+  full = e->nsnapshots >= e->max_snapshots;
   percpu_rwlock_read_unlock (&e->geometry, token);
+  if (full && !exists) {
+    too_many_snapshots (e, o->name);
+    return -EMLINK;
+  }
   if (merging) {
     snapfg_error ("snapshot \"%s\": a snapshot is being merged into the "
                   "origin; no other snapshot may exist until it is done",
@@ -495,6 +513,12 @@ snapshot_create (struct snapfg_engine *e,
                   "origin; no other snapshot may exist until it is done",
                   o->name, e->merging ? e->merging->name : o->name);
     r = -EBUSY;
+    goto err_discard;
+  }
+  if (e->nsnapshots >= e->max_snapshots) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    too_many_snapshots (e, o->name);
+    r = -EMLINK;
     goto err_discard;
   }
   /* Grow the list before anything refers to s: on failure s is freed. */
@@ -720,6 +744,8 @@ snapfg_snapshot_info (struct snapfg_snapshot *s,
   info->cow_path = s->store->dev.path;
   info->chunk_size = s->chunk_size;
   snapfg_snapshot_status (s, info->status, sizeof info->status);
+  s->store->ops->usage (s->store, &info->allocated_sectors,
+                        &info->total_sectors, &info->metadata_sectors);
   info->exceptions = exception_table_count (&s->table);
   if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
     info->state = "merging";
@@ -807,12 +833,21 @@ snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
   if (!atomic_compare_exchange_strong (&s->state, &expected,
                                        SNAPSHOT_INVALID))
     return;                     /* already Invalid: said so already */
+  /* Say what to do next: an Invalid snapshot never becomes valid again. */
   if (err)
-    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s: %s",
-                  s->name, s->store->dev.path, why, strerror (err));
+    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s: %s; its "
+                  "contents are lost: drop it (snapfgctl drop %s) and create "
+                  "a new one", s->name, s->store->dev.path, why,
+                  strerror (err), s->name);
+  else if (strstr (why, "full"))
+    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s; its contents "
+                  "are lost: drop it (snapfgctl drop %s) and create a new "
+                  "one with a larger COW store (cow-size=, snapfgctl create "
+                  "--cow-size)", s->name, s->store->dev.path, why, s->name);
   else
-    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s",
-                  s->name, s->store->dev.path, why);
+    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s; its contents "
+                  "are lost: drop it (snapfgctl drop %s) and create a new "
+                  "one", s->name, s->store->dev.path, why, s->name);
   s->store->ops->invalidate (s->store);
 }
 

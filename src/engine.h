@@ -30,10 +30,22 @@ enum snapfg_locking {
 /* The name of the snapshot given by cow= at start-up. */
 #define SNAPFG_STARTUP_SNAPSHOT "snapshot"
 
+/* Snapshot names: at most this many bytes (see
+ * snapfg_check_snapshot_name).
+ */
+#define SNAPFG_MAX_NAME_LEN 255
+#define SNAPFG_MAX_NAME_LEN_STR "255"
+
+/* max-snapshots= default: each snapshot costs memory and every first
+ * write to an origin chunk copies into each.
+ */
+#define SNAPFG_DEFAULT_MAX_SNAPSHOTS 32
+
 struct snapfg_options {
   const char *origin_path;         /* required */
   enum snapfg_locking locking;
   uint32_t block_size;             /* 512 or 4096 */
+  unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
 };
 
 /* Who attaches a snapshot's store (DESIGN.md section 7): this decides
@@ -81,6 +93,11 @@ extern int snapfg_engine_restore (struct snapfg_engine *e);
  */
 extern const char *snapfg_check_chunk_size (int64_t chunk_size);
 extern const char *snapfg_check_block_size (int64_t block_size);
+/* A snapshot name: UTF-8, no control characters, 1 to
+ * SNAPFG_MAX_NAME_LEN bytes, not "origin".  The one rule for snapshot=
+ * and for the control socket (snapfg_snapshot_create checks it too).
+ */
+extern const char *snapfg_check_snapshot_name (const char *name);
 
 /* Open the origin.  Logs an error naming the file on failure. */
 extern int snapfg_engine_open (const struct snapfg_options *opts,
@@ -153,6 +170,10 @@ struct snapfg_snapshot_info {
   uint64_t exceptions;
   int connections;
   uint64_t merge_done, merge_total;  /* chunks; total 0: not merging */
+  /* The COW store's usage in 512-byte sectors, as in the dm status line
+   * (also when that line says Invalid or Overflow).
+   */
+  uint64_t allocated_sectors, total_sectors, metadata_sectors;
 };
 
 /* Start merging a persistent snapshot back into the origin in the

@@ -337,7 +337,7 @@ merge_prepare_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
   if (atomic_load (&s->state) == SNAPSHOT_MERGING)
     return "it is already being merged";
   if (!snapshot_is_valid (s))
-    return "it is Invalid";
+    return "it is Invalid (its contents are lost): drop it";
   if (e->nsnapshots != 1)
     return "it is not the origin's only snapshot; drop the others first";
   /* The catalogue first: a restart that finds it merging either resumes

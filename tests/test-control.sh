@@ -90,7 +90,8 @@ json_field "$tmpdir/ctl.out" '[x["export"] for x in d["exports"]]' '["origin"]' 
 # =====================================================================
 info "=== 2. create"
 ctl_ok "create snap1 (persistent by default)" "$ctlsock" create snap1 --cow "$cow1"
-[ ! -s "$tmpdir/ctl.out" ] && info "ok: create prints nothing on success" ||
+[ "$(cat "$tmpdir/ctl.out")" = "created snapshot snap1: persistent store, chunk 4096, COW $cow1" ] &&
+    info "ok: create prints one line on success: $(cat "$tmpdir/ctl.out")" ||
     check_fail "create printed '$(cat "$tmpdir/ctl.out")'"
 listed "$sock" snap1 && info "ok: snap1 is in nbdinfo --list as soon as create returned" ||
     check_fail "snap1 is not in nbdinfo --list right after create"
@@ -288,8 +289,8 @@ done
 # Without --cow the store goes to the state= directory; this server has none.
 ctl_refused "create x without --cow on a server without state=" 'state=' "$ctlsock" create x
 st=0; "$SNAPFGCTL" -S "$tmpdir/no-such.sock" status >/dev/null 2>"$tmpdir/usage.err" || st=$?
-[ "$st" -eq 1 ] && grep -q "cannot connect" "$tmpdir/usage.err" &&
-    info "ok: no server: exit 1, $(cat "$tmpdir/usage.err")" ||
+[ "$st" -eq 3 ] && grep -q "cannot connect" "$tmpdir/usage.err" &&
+    info "ok: no server: exit 3 (unreachable), $(cat "$tmpdir/usage.err")" ||
     check_fail "no server: exit $st, $(cat "$tmpdir/usage.err")"
 ctl "$ctlsock" --json drop nosuch || true
 json_ok "an error reply with --json" "$tmpdir/ctl.out"

@@ -42,6 +42,7 @@ static char *control_path;
 static char *state_path;
 static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
 static bool cbt_granularity_given;
+static unsigned max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS;
 
 static struct snapfg_engine *engine;
 static struct catalogue *catalogue;
@@ -59,10 +60,25 @@ log_debug (const char *fmt, va_list args)
   nbdkit_vdebug (fmt, args);
 }
 
+/* nbdkit has no level between debug (only with -v) and error: notices
+ * (who created or dropped which snapshot) go to nbdkit's stderr, in the
+ * shape of its own messages.  One fprintf, so that lines from several
+ * threads do not mix.
+ */
+static void
+log_notice (const char *fmt, va_list args)
+{
+  char msg[1024];
+
+  vsnprintf (msg, sizeof msg, fmt, args);
+  fprintf (stderr, "nbdkit: snapfg: %s\n", msg);
+}
+
 static void
 plugin_load (void)
 {
   snapfg_set_log (log_error, log_debug);
+  snapfg_set_notice_log (log_notice);
 }
 
 static void
@@ -136,6 +152,19 @@ plugin_config (const char *key, const char *value)
     if (colon == NULL || colon == value || colon[1] == '\0') {
       nbdkit_error ("snapshot=%s: expected snapshot=NAME:COW", value);
       return -1;
+    }
+    else {
+      char *name = strndup (value, colon - value);
+      if (name == NULL) {
+        nbdkit_error ("strndup: %m");
+        return -1;
+      }
+      problem = snapfg_check_snapshot_name (name);
+      free (name);
+      if (problem) {
+        nbdkit_error ("snapshot=%s: bad snapshot name: %s", value, problem);
+        return -1;
+      }
     }
     list = realloc (extra_snapshots,
                     (nextra_snapshots + 1) * sizeof *list);
@@ -215,6 +244,14 @@ plugin_config (const char *key, const char *value)
     }
     cbt_granularity_given = true;
   }
+  else if (strcmp (key, "max-snapshots") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &max_snapshots) == -1)
+      return -1;
+    if (max_snapshots == 0) {
+      nbdkit_error ("max-snapshots=%s: must be at least 1", value);
+      return -1;
+    }
+  }
   else if (strcmp (key, "control") == 0) {
     free (control_path);
     /* nbdkit changes directory when it forks: keep the path absolute. */
@@ -277,6 +314,7 @@ plugin_config_complete (void)
     .origin_path = origin_path,
     .locking = locking,
     .block_size = block_size,
+    .max_snapshots = max_snapshots,
   };
   const char *problem;
 
@@ -381,6 +419,7 @@ plugin_cleanup (void)
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
   "locking=striped|global Exception table locking (default striped).\n" \
+  "max-snapshots=<N>     Most snapshots at once (default 32).\n" \
   "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
   "state=<FILE>          The origin's catalogue: snapshots and checkpoints\n" \
   "                      survive restarts.\n" \
