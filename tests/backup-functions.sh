@@ -118,13 +118,27 @@ save_origin() {
 }
 
 our_snapshots() {
-    "$SNAPFGCTL" -S "$1" list | awk '$1 ~ /^snapfg-backup-/ { print $1 }'
+    "$SNAPFGCTL" -S "$1" --json list |
+        "$PY" -c 'import json, sys
+try:
+    snaps = json.load(sys.stdin)["snapshots"]
+except Exception as e:
+    print("(snapfgctl list failed: %s)" % e)
+    sys.exit(0)
+for s in snaps:
+    if s["name"].startswith("snapfg-backup-"):
+        print(s["name"])'
 }
 
 our_checkpoints() {
     "$SNAPFGCTL" -S "$1" --json checkpoint list |
         "$PY" -c 'import json, sys
-for c in json.load(sys.stdin)["checkpoints"]:
+try:
+    cks = json.load(sys.stdin)["checkpoints"]
+except Exception as e:
+    print("(snapfgctl checkpoint list failed: %s)" % e)
+    sys.exit(0)
+for c in cks:
     if c["name"].startswith("snapfg-backup-"):
         print(c["name"])'
 }
