@@ -47,6 +47,7 @@ struct catalogue {
   int fd;                          /* FILE, OFD-locked */
   json_t *root;
   char id[37];
+  bool created_now;                /* this open made the file */
 };
 
 void
@@ -492,6 +493,7 @@ catalogue_open (const char *path, const struct catalogue_origin *origin,
   r = load_document (cat, origin, &fresh);
   if (r < 0)
     goto err;
+  cat->created_now = fresh;
   if (fresh) {
     json_t *doc = json_deep_copy (cat->root);
     append_event (doc, "created", NULL, origin->path);
@@ -523,6 +525,20 @@ catalogue_close (struct catalogue *cat)
   free (cat->dir_path);
   free (cat->state_dir);
   free (cat);
+}
+
+void
+catalogue_abandon (struct catalogue *cat)
+{
+  /* Kept if a snapshot was recorded meanwhile: its store is bound to
+   * this catalogue now, and the next start needs the record.
+   */
+  if (cat && cat->created_now &&
+      json_array_size (json_object_get (cat->root, "snapshots")) == 0) {
+    unlink (cat->path);
+    rmdir (cat->state_dir);     /* only if empty */
+  }
+  catalogue_close (cat);
 }
 
 const char *
@@ -696,7 +712,10 @@ catalogue_snapshot_set_state (struct catalogue *cat, const char *name,
     json_decref (doc);
     return -ENOENT;
   }
-  json_object_set_new (rec, "state", json_string (state));
+  /* json_stringn, not json_string: src/json.c has a json_string of its
+   * own, which wins over jansson's at link time.
+   */
+  json_object_set_new (rec, "state", json_stringn (state, strlen (state)));
   if (strcmp (state, CATALOGUE_SNAPSHOT_MERGING) == 0)
     append_event (doc, "merge-started", name, NULL);
   r = commit (cat, doc);

@@ -86,6 +86,12 @@ extern int catalogue_open (const char *path,
                            struct catalogue **catp);
 /* Release the lock and free everything.  NULL is fine. */
 extern void catalogue_close (struct catalogue *cat);
+/* The same, after a failed start: a catalogue file that this open
+ * created (and its empty state directory) is removed again if no
+ * snapshot was recorded in it, so that a refused start leaves nothing
+ * behind.  NULL is fine.
+ */
+extern void catalogue_abandon (struct catalogue *cat);
 
 extern const char *catalogue_path (const struct catalogue *cat);
 /* This catalogue's uuid ("id"), kept in the stores' bindings. */

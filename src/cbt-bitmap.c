@@ -20,6 +20,28 @@
 /* Words written by one pwrite of the slow path (4 KiB). */
 #define WORDS_PER_WRITE 512
 
+/* Test hook: SNAPFG_TEST_CBT_WRITE_ERROR=N makes the Nth write of bits
+ * (counted over all bitmaps) fail with EIO, as a failing disk would.
+ */
+static atomic_long write_error_countdown;
+static pthread_once_t write_error_once = PTHREAD_ONCE_INIT;
+
+static void
+read_write_error_hook (void)
+{
+  const char *env = getenv ("SNAPFG_TEST_CBT_WRITE_ERROR");
+
+  atomic_store (&write_error_countdown, env && *env ? atol (env) : 0);
+}
+
+static bool
+test_write_error (void)
+{
+  pthread_once (&write_error_once, read_write_error_hook);
+  return atomic_load (&write_error_countdown) > 0 &&
+    atomic_fetch_sub (&write_error_countdown, 1) == 1;
+}
+
 const char *
 cbt_check_granularity (int64_t granularity, int64_t chunk_size)
 {
@@ -503,7 +525,8 @@ cbt_bitmap_mark_slow (struct cbt_bitmap *bm, uint64_t first, uint64_t last)
 
       for (uint64_t i = 0; i < n; ++i)
         le[i] = htole64 (buf[i]);
-      r = pwrite_all (bm->fd, le, n * 8, CBT_HEADER_SIZE + w0 * 8);
+      r = test_write_error () ? -EIO
+        : pwrite_all (bm->fd, le, n * 8, CBT_HEADER_SIZE + w0 * 8);
       if (r < 0)
         break;
       atomic_fetch_add (&bm->written_gen, 1);

@@ -21,6 +21,11 @@ enum control_cmd {
 
 /* Command flags. */
 #define CONTROL_CMD_ACTION 1u  /* changes state: logged with who asked */
+/* snapfgctl spells it as two words, the part before the first '-' and
+ * the rest ("checkpoint create" for "checkpoint-create"); the hyphenated
+ * name works too.
+ */
+#define CONTROL_CMD_TWO_WORDS 2u
 
 enum control_arg_type {
   CONTROL_TYPE_STRING,

@@ -130,7 +130,10 @@ set_int (json_t *obj, const char *key, uint64_t value)
 static void
 set_real (json_t *obj, const char *key, double value, int decimals)
 {
-  double scale = decimals == 1 ? 10 : 100;
+  double scale = 1;
+
+  while (decimals-- > 0)
+    scale *= 10;
 
   json_object_set_new (obj, key,
                        json_real ((double) (int64_t) (value * scale + 0.5)

@@ -409,8 +409,9 @@ snapshot_create (struct snapfg_engine *e,
   }
   problem = snapfg_check_snapshot_name (o->name);
   if (problem) {
-    snapfg_error ("snapshot name \"%.*s\": %s",
-                  (int) strcspn (o->name, "\n\r"), o->name, problem);
+    char printable[128];
+    snapfg_printable_name (o->name, printable, sizeof printable);
+    snapfg_error ("snapshot name \"%s\": %s", printable, problem);
     return -EINVAL;
   }
   token = percpu_rwlock_read_lock (&e->geometry);
@@ -834,20 +835,18 @@ snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
                                        SNAPSHOT_INVALID))
     return;                     /* already Invalid: said so already */
   /* Say what to do next: an Invalid snapshot never becomes valid again. */
+  const char *next = strcmp (why, "the COW store is full") == 0
+    ? " with a larger COW store (cow-size=, snapfgctl create --cow-size)"
+    : err == ENOSPC ? " where there is room" : "";
   if (err)
     snapfg_error ("snapshot %s (COW %s) is now Invalid: %s: %s; its "
                   "contents are lost: drop it (snapfgctl drop %s) and create "
-                  "a new one", s->name, s->store->dev.path, why,
-                  strerror (err), s->name);
-  else if (strstr (why, "full"))
-    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s; its contents "
-                  "are lost: drop it (snapfgctl drop %s) and create a new "
-                  "one with a larger COW store (cow-size=, snapfgctl create "
-                  "--cow-size)", s->name, s->store->dev.path, why, s->name);
+                  "a new one%s", s->name, s->store->dev.path, why,
+                  strerror (err), s->name, next);
   else
     snapfg_error ("snapshot %s (COW %s) is now Invalid: %s; its contents "
                   "are lost: drop it (snapfgctl drop %s) and create a new "
-                  "one", s->name, s->store->dev.path, why, s->name);
+                  "one%s", s->name, s->store->dev.path, why, s->name, next);
   s->store->ops->invalidate (s->store);
 }
 

@@ -98,6 +98,10 @@ extern const char *snapfg_check_block_size (int64_t block_size);
  * and for the control socket (snapfg_snapshot_create checks it too).
  */
 extern const char *snapfg_check_snapshot_name (const char *name);
+/* name for a message: control characters, backslash and non-ASCII bytes
+ * written as \xNN (truncated to fit len).
+ */
+extern void snapfg_printable_name (const char *name, char *buf, size_t len);
 
 /* Open the origin.  Logs an error naming the file on failure. */
 extern int snapfg_engine_open (const struct snapfg_options *opts,

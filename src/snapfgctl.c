@@ -31,25 +31,44 @@
 
 /* --- usage, from the table --- */
 
-/* How a command is typed: the protocol's "checkpoint-create" is
- * "checkpoint create" on the command line (either works).
- */
+/* The command as snapfgctl spells it ("checkpoint create"). */
 static const char *
-display_name (const struct control_command *c)
+cli_name (const struct control_command *c)
 {
   static char buf[64];
+  const char *dash = strchr (c->name, '-');
 
-  if (strncmp (c->name, "checkpoint-", 11) != 0)
+  if (!(c->flags & CONTROL_CMD_TWO_WORDS) || dash == NULL)
     return c->name;
-  snprintf (buf, sizeof buf, "checkpoint %s", c->name + 11);
+  snprintf (buf, sizeof buf, "%.*s %s", (int) (dash - c->name), c->name,
+            dash + 1);
   return buf;
+}
+
+/* The command named by the first one or two words (NULL: none). */
+static const struct control_command *
+find_command (char **words, size_t nwords, size_t *used)
+{
+  const struct control_command *c = NULL;
+  char joined[128];
+
+  *used = 1;
+  if (nwords >= 2) {
+    snprintf (joined, sizeof joined, "%s-%s", words[0], words[1]);
+    c = control_command_find (joined);
+    if (c && (c->flags & CONTROL_CMD_TWO_WORDS)) {
+      *used = 2;
+      return c;
+    }
+  }
+  return control_command_find (words[0]);
 }
 
 /* "create NAME --cow PATH [--store persistent|transient] ..." */
 static void
 print_synopsis (FILE *fp, const struct control_command *c)
 {
-  fprintf (fp, "%s", display_name (c));
+  fprintf (fp, "%s", cli_name (c));
   for (size_t i = 0; i < control_nargs; ++i) {
     const struct control_arg *a = &control_args[i];
     bool required = a->flags & CONTROL_ARG_REQUIRED;
@@ -77,13 +96,13 @@ usage (FILE *fp)
            "Commands for a running server (nbdkit snapfg ... "
            "control=SOCKET):\n");
   for (size_t i = 0; i < CONTROL_NCOMMANDS; ++i) {
-    fprintf (fp, "  %-17s %s\n", display_name (&control_commands[i]),
+    fprintf (fp, "  %-20s %s\n", cli_name (&control_commands[i]),
              control_commands[i].summary);
   }
   fprintf (fp,
            "Other commands:\n"
-           "  %-17s %s\n"
-           "  %-17s %s\n"
+           "  %-20s %s\n"
+           "  %-20s %s\n"
            "\n"
            "Options (anywhere on the line):\n"
            "  -S, --socket=SOCKET  the server's control socket\n"
@@ -221,6 +240,7 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
   longopts = calloc (nglobal + control_nargs + 1, sizeof *longopts);
   cl->words = calloc (argc + 1, sizeof *cl->words);
   if (cl->opts == NULL || longopts == NULL || cl->words == NULL) {
+    free (longopts);
     fprintf (stderr, "snapfgctl: out of memory\n");
     return -1;
   }
@@ -308,9 +328,9 @@ add_arg (json_t *req, const struct control_command *c,
   char what[64];
 
   if (a->option)
-    snprintf (what, sizeof what, "%s --%s", c->name, a->option);
+    snprintf (what, sizeof what, "%s --%s", cli_name (c), a->option);
   else
-    snprintf (what, sizeof what, "%s %s", c->name, a->metavar);
+    snprintf (what, sizeof what, "%s %s", cli_name (c), a->metavar);
   switch (a->type) {
   case CONTROL_TYPE_SIZE: {
     uint64_t size;
@@ -367,7 +387,7 @@ build_request (const struct cmdline *cl, const struct control_command *c)
         a = &control_args[j];
     if (a == NULL) {
       fprintf (stderr, "snapfgctl: %s does not take --%s (see snapfgctl %s "
-               "--help)\n", c->name, cl->opts[i].name, c->name);
+               "--help)\n", cli_name (c), cl->opts[i].name, cli_name (c));
       goto usage;
     }
   }
@@ -389,10 +409,11 @@ build_request (const struct cmdline *cl, const struct control_command *c)
     if (value == NULL) {
       if (a->flags & CONTROL_ARG_REQUIRED) {
         if (a->option)
-          fprintf (stderr, "snapfgctl: %s needs --%s %s\n", c->name,
+          fprintf (stderr, "snapfgctl: %s needs --%s %s\n", cli_name (c),
                    a->option, a->metavar);
         else
-          fprintf (stderr, "snapfgctl: %s needs %s\n", c->name, a->metavar);
+          fprintf (stderr, "snapfgctl: %s needs %s\n", cli_name (c),
+                   a->metavar);
         goto usage;
       }
       continue;
@@ -403,8 +424,8 @@ build_request (const struct cmdline *cl, const struct control_command *c)
       goto usage;
   }
   if (word < cl->nwords) {
-    fprintf (stderr, "snapfgctl: %s: unexpected argument '%s'\n", c->name,
-             cl->words[word]);
+    fprintf (stderr, "snapfgctl: %s: unexpected argument '%s'\n",
+             cli_name (c), cl->words[word]);
     goto usage;
   }
   return req;
@@ -581,13 +602,17 @@ print_snapshot (json_t *sn)
   if (json_object_get (sn, "merge_total"))
     printf ("; merged %" PRIu64 " of %" PRIu64 " chunks",
             get_u64 (sn, "merge_done"), get_u64 (sn, "merge_total"));
+  if (strcmp (get_str (sn, "state"), "Invalid") == 0)
+    printf ("; its contents are lost: drop it and create a new one (with a "
+            "larger --cow-size if its store was full)");
   printf ("\n");
 }
 
 static void
 print_human (const struct control_command *c, const struct cmdline *cl,
-             json_t *r)
+             json_t *req, json_t *r)
 {
+  const char *name = get_str (req, "name");
   json_t *a, *x;
   size_t i;
 
@@ -622,11 +647,11 @@ print_human (const struct control_command *c, const struct cmdline *cl,
     }
     break;
   case CONTROL_CHECKPOINT_CREATE:
-    printf ("created checkpoint %s\n", cl->words[1]);
+    printf ("created checkpoint %s\n", name);
     break;
   case CONTROL_CHECKPOINT_DROP:
     printf ("dropped checkpoint %s (its changes are kept by the one "
-            "before it, if any)\n", cl->words[1]);
+            "before it, if any)\n", name);
     break;
   case CONTROL_CHANGED:
     a = json_object_get (r, "ranges");
@@ -657,20 +682,20 @@ print_human (const struct control_command *c, const struct cmdline *cl,
   case CONTROL_CREATE:
     x = json_object_get (r, "snapshot");
     printf ("created snapshot %s: %s store, chunk %" PRIu64 ", COW %s\n",
-            cl->words[1], get_str (x, "store"), get_u64 (x, "chunk_size"),
+            name, get_str (x, "store"), get_u64 (x, "chunk_size"),
             get_str (x, "cow"));
     break;
   case CONTROL_DROP:
-    printf ("dropped snapshot %s (its COW store is left as it is)\n",
-            cl->words[1]);
+    printf ("dropped snapshot %s (its COW store is left as it is)\n", name);
     break;
   case CONTROL_MERGE:
     if (option_value (cl, "wait") == NULL)
       printf ("merging snapshot %s into the origin (snapfgctl status shows "
-              "the progress)\n", cl->words[1]);
+              "the progress)\n", name);
     break;
   case CONTROL_SET_BLOCK_SIZE:
-    printf ("block size %s for new connections\n", cl->words[1]);
+    printf ("block size %" PRIu64 " for new connections\n",
+            get_u64 (req, "block_size"));
     break;
   default:
     /* A command without a human form yet: its reply as it is. */
@@ -751,7 +776,7 @@ run_command (const struct cmdline *cl, const struct control_command *c)
     return EXIT_USAGE;
   if (cl->socket_path == NULL) {
     fprintf (stderr, "snapfgctl: %s: give the server's control socket with "
-             "-S SOCKET\n", c->name);
+             "-S SOCKET\n", cli_name (c));
     json_decref (req);
     return EXIT_USAGE;
   }
@@ -766,8 +791,8 @@ run_command (const struct cmdline *cl, const struct control_command *c)
     return EXIT_UNREACHABLE;
   }
   reply = conn_call (&cn, req, &line);
-  json_decref (req);
   if (reply == NULL) {
+    json_decref (req);
     conn_close (&cn);
     return EXIT_UNREACHABLE;
   }
@@ -793,10 +818,10 @@ run_command (const struct cmdline *cl, const struct control_command *c)
   else if (cl->json_output)
     fputs (line, stdout);
   else
-    print_human (c, cl, reply);
+    print_human (c, cl, req, reply);
   if (c->cmd == CONTROL_MERGE && option_value (cl, "wait")) {
     fflush (stdout);
-    st = wait_for_merge (&cn, cl->words[1], cl->json_output);
+    st = wait_for_merge (&cn, get_str (req, "name"), cl->json_output);
   }
 
  out:
@@ -806,22 +831,20 @@ run_command (const struct cmdline *cl, const struct control_command *c)
   }
   json_decref (status_reply);
   json_decref (reply);
+  json_decref (req);
   free (line);
   conn_close (&cn);
   return st;
 }
 
-int
-main (int argc, char *argv[])
+/* Run what the command line asks for. */
+static int
+dispatch (struct cmdline cl)
 {
-  struct cmdline cl = { .socket_path = NULL };
   const struct control_command *c;
   const char *cmd;
+  size_t used;
 
-  if (parse_cmdline (argc, argv, &cl) < 0) {
-    fprintf (stderr, "Try 'snapfgctl help'.\n");
-    return EXIT_USAGE;
-  }
   if (cl.version) {
     printf ("snapfgctl %s\n", PACKAGE_VERSION);
     return EXIT_OK;
@@ -830,25 +853,25 @@ main (int argc, char *argv[])
     usage (cl.help ? stdout : stderr);
     return cl.help ? EXIT_OK : EXIT_USAGE;
   }
-  cmd = cl.words[0];
 
-  if (strcmp (cmd, "help") == 0) {
-    if (cl.nwords == 1 && cl.help) {
-      help_help (stdout);       /* help --help */
-      return EXIT_OK;
-    }
+  if (strcmp (cl.words[0], "help") == 0) {
+    /* help [COMMAND] is COMMAND --help. */
     if (cl.nwords == 1) {
-      usage (stdout);
+      if (cl.help)
+        help_help (stdout);     /* help --help */
+      else
+        usage (stdout);
       return EXIT_OK;
     }
-    if (cl.nwords > 2 &&
-        !(cl.nwords == 3 && strcmp (cl.words[1], "checkpoint") == 0)) {
-      fprintf (stderr, "snapfgctl: usage: help [COMMAND]\n");
-      return EXIT_USAGE;
-    }
-    cmd = cl.words[1];
+    cl.words++;
+    cl.nwords--;
     cl.help = true;
+    if (strcmp (cl.words[0], "help") == 0 && cl.nwords == 1) {
+      help_help (stdout);       /* help help */
+      return EXIT_OK;
+    }
   }
+  cmd = cl.words[0];
   if (strcmp (cmd, "inspect") == 0) {
     if (cl.help) {
       inspect_help (stdout);
@@ -866,47 +889,35 @@ main (int argc, char *argv[])
     }
     return snapfgctl_inspect (cl.words[1], cl.exceptions, cl.json_output);
   }
-  if (strcmp (cmd, "help") == 0 && cl.help) {
-    help_help (stdout);         /* help help */
-    return EXIT_OK;
-  }
-  /* "checkpoint create NAME": the protocol's checkpoint-create. */
-  if (strcmp (cmd, "checkpoint") == 0) {
-    static char joined[64];
-    size_t w = cmd == cl.words[0] ? 1 : 2;
-
-    if (w >= cl.nwords) {
-      /* "checkpoint --help", "help checkpoint": the three of them. */
-      FILE *fp = cl.help ? stdout : stderr;
-
-      for (size_t i = 0; i < CONTROL_NCOMMANDS; ++i)
-        if (strncmp (control_commands[i].name, "checkpoint-", 11) == 0) {
-          fprintf (fp, "usage: snapfgctl -S SOCKET [--json] ");
-          print_synopsis (fp, &control_commands[i]);
-          fprintf (fp, "\n");
-        }
-      fprintf (fp, "\nCheckpoints: changed-block tracking (see snapfgctl "
-               "checkpoint create --help, ...).\n");
-      return cl.help ? EXIT_OK : EXIT_USAGE;
-    }
-    snprintf (joined, sizeof joined, "checkpoint-%s", cl.words[w]);
-    cmd = joined;
-    /* The sub-command word goes: the arguments follow the command. */
-    memmove (&cl.words[w], &cl.words[w + 1],
-             (cl.nwords - w - 1) * sizeof *cl.words);
-    cl.nwords--;
-    if (w == 1)
-      cl.words[0] = joined;
-  }
-  c = control_command_find (cmd);
+  c = find_command (cl.words, cl.nwords, &used);
   if (c == NULL) {
     fprintf (stderr, "snapfgctl: unknown command '%s' (see snapfgctl "
              "help)\n", cmd);
     return EXIT_USAGE;
   }
+  /* The command's arguments follow its one or two words. */
+  cl.words += used - 1;
+  cl.nwords -= used - 1;
   if (cl.help) {
     command_help (stdout, c);
     return EXIT_OK;
   }
   return run_command (&cl, c);
+}
+
+int
+main (int argc, char *argv[])
+{
+  struct cmdline cl = { .socket_path = NULL };
+  int st;
+
+  if (parse_cmdline (argc, argv, &cl) < 0) {
+    fprintf (stderr, "Try 'snapfgctl help'.\n");
+    st = EXIT_USAGE;
+  }
+  else
+    st = dispatch (cl);         /* a copy: it may move cl.words */
+  free (cl.words);
+  free (cl.opts);
+  return st;
 }

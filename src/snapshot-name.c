@@ -70,3 +70,18 @@ snapfg_check_snapshot_name (const char *name)
   }
   return NULL;
 }
+
+void
+snapfg_printable_name (const char *name, char *buf, size_t len)
+{
+  size_t used = 0;
+
+  for (const unsigned char *s = (const unsigned char *) name;
+       *s && used + 5 < len; ++s) {
+    if (*s < 0x20 || *s == 0x7f || *s == '\\' || *s >= 0x80)
+      used += snprintf (buf + used, len - used, "\\x%02x", *s);
+    else
+      buf[used++] = *s;
+  }
+  buf[used] = '\0';
+}

@@ -3,8 +3,11 @@
  * dm's header holds 16 bytes: magic, valid, version, chunk size.  What it
  * cannot say -- which origin the store belongs to, which snapshot it
  * holds, how it was attached and whether it was dropped -- snapfg keeps
- * in the header chunk after it, where the kernel neither reads nor
- * clears anything (tests/test-guest-dm-interop.sh checks that):
+ * in the header chunk after it.  The kernel does not read these bytes
+ * and leaves them alone while it uses a valid store; it rewrites the
+ * header chunk (zeroing them) only when it invalidates the store, and an
+ * Invalid store is never attached as valid anyway
+ * (tests/test-guest-dm-interop.sh (d) and (e)):
  *
  *   bytes 16..31   the merge mark (dm-format.h)
  *   bytes 64..511  the binding record, little endian:

@@ -17,6 +17,11 @@
 #    the snapshot taken with the inconsistent one.  A new checkpoint
 #    works, also after a clean stop and another boot id.  Dropping the
 #    inconsistent checkpoint makes its predecessor inconsistent too.
+# 3. A bitmap write error (SNAPFG_TEST_CBT_WRITE_ERROR=N fails the Nth
+#    write of bits with EIO): the origin writes still succeed and read
+#    back, the checkpoint is inconsistent (logged, listed, recorded in the
+#    catalogue, still after a kill -9 and a restart) and changed --since
+#    it is refused.
 set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
@@ -166,5 +171,49 @@ got=$(jq_py "$tmpdir/ctl.out" '[(c["name"], c["state"]) for c in d["checkpoints"
     info "ok: c0 took over c1's unknown changes: $got" || check_fail "after dropping c1: $got"
 ctl_refused "changed --since c0 after c1 was dropped into it" "a full backup is needed" \
     "$ctlsock" changed --since c0
+stop_nbdkit "$pid"
+
+# =====================================================================
+info "=== 3. a bitmap write error"
+SNAPFG_TEST_CBT_WRITE_ERROR=3 start
+ctl_ok "checkpoint create c3" "$ctlsock" checkpoint create c3
+if "$PY" - "$(uri "$sock" origin)" <<'EOF2'
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+for i in range(6):
+    h.pwrite(bytes([0x30 + i]) * 4096, (200 + 7 * i) * 65536)
+for i in range(6):
+    assert h.pread(4096, (200 + 7 * i) * 65536) == bytes([0x30 + i]) * 4096, i
+h.shutdown()
+EOF2
+then
+    info "ok: the origin writes succeeded and read back"
+else
+    check_fail "origin writes failed with a failing bitmap"
+fi
+grep -q 'c3.cbt is now inconsistent: writing the bitmap failed' "$pid.log" &&
+    info "ok: the log says the bitmap write failed" ||
+    check_fail "the log does not say c3's bitmap write failed: $(tail -n 5 "$pid.log")"
+ctl "$ctlsock" --json checkpoint list
+got=$(jq_py "$tmpdir/ctl.out" '[(c["name"], c["state"]) for c in d["checkpoints"]]')
+[ "$got" = '[["c0", "inconsistent"], ["c2", "frozen"], ["c3", "inconsistent"]]' ] &&
+    info "ok: list: $got" || check_fail "after a bitmap write error: $got"
+ctl_refused "changed --since c3 after a bitmap write error" "a full backup is needed" \
+    "$ctlsock" changed --since c3
+ctl_refused "changed --since c2 (its union holds c3)" "a full backup is needed" \
+    "$ctlsock" changed --since c2
+"$PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+states = {c["name"]: c["state"] for c in d["checkpoints"]}
+sys.exit(0 if states.get("c3") == "inconsistent" else "catalogue: %r" % states)
+' "$state" && info "ok: the catalogue records c3 as inconsistent" ||
+    check_fail "the catalogue does not record c3 as inconsistent"
+kill9
+start
+ctl "$ctlsock" --json checkpoint list
+[ "$(jq_py "$tmpdir/ctl.out" '[c["state"] for c in d["checkpoints"] if c["name"] == "c3"]')" = '["inconsistent"]' ] &&
+    info "ok: c3 stays inconsistent after a kill -9 and a restart" ||
+    check_fail "c3 after a restart: $(cat "$tmpdir/ctl.out")"
 stop_nbdkit "$pid"
 finish

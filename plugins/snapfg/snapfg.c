@@ -359,24 +359,35 @@ plugin_config_complete (void)
     if (catalogue_open (state_path, &origin, &catalogue) < 0)
       return -1;
     snapfg_engine_set_catalogue (engine, catalogue);
-    if (snapfg_engine_restore (engine) < 0)
-      return -1;
   }
-  /* The checkpoints (they need the catalogue) track from here on, before
-   * any client and before a resumed merge copies anything.
+  /* The checkpoints (they need the catalogue) track from here on: before
+   * the restore, which may start a merge recorded but not begun (the
+   * origin view changes then), and before any client.
    */
   if (snapfg_checkpoints_open (engine, catalogue, cbt_granularity) < 0)
-    return -1;
+    goto fail;
+  if (catalogue && snapfg_engine_restore (engine) < 0)
+    goto fail;
 
   if (cow_path &&
       startup_snapshot (SNAPFG_STARTUP_SNAPSHOT, cow_path) < 0)
-    return -1;
+    goto fail;
   /* Then the snapshot= ones, in order, with the same store settings. */
   for (size_t i = 0; i < nextra_snapshots; ++i)
     if (startup_snapshot (extra_snapshots[i].name,
                           extra_snapshots[i].cow_path) < 0)
-      return -1;
+      goto fail;
   return 0;
+
+ fail:
+  /* A catalogue this start created goes again (with what the engine
+   * recorded in it: its snapshots are discarded with the engine).
+   */
+  snapfg_engine_close (engine);
+  engine = NULL;
+  catalogue_abandon (catalogue);
+  catalogue = NULL;
+  return -1;
 }
 
 /* Bind the control socket now, while errors still reach the user. */

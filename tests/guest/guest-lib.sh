@@ -383,13 +383,16 @@ guest_nbd_port() {
 }
 
 # guest_disk SERIAL FILE [ro]: FILE as a raw virtio-blk disk; the guest
-# finds it with disk_by_serial SERIAL.
+# finds it with disk_by_serial SERIAL.  QEMU takes no image locks on it
+# (file.locking=off): the tests hand the same files to snapfg on the
+# host while the VM runs (the guest does not use them meanwhile), and
+# snapfg locks its origin and COW files.
 guest_disk() {
     local ro=off
     [ "${3:-}" = ro ] && ro=on
     _guest_need_path "$2"
     _guest_ndisks=$((_guest_ndisks + 1))
-    _guest_qemu_args+=(-drive "if=none,id=disk$_guest_ndisks,file=$2,format=raw,cache=none,aio=threads,readonly=$ro"
+    _guest_qemu_args+=(-drive "if=none,id=disk$_guest_ndisks,file=$2,format=raw,cache=none,aio=threads,readonly=$ro,file.locking=off"
                        -device "virtio-blk-pci,drive=disk$_guest_ndisks,serial=$1,event_idx=off")
 }
 
