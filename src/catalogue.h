@@ -60,7 +60,7 @@ struct catalogue_snapshot {
   bool owned;                      /* the COW is FILE.d/NAME.cow, made by us */
 };
 
-/* A checkpoint (INTERFACES.md; written by the checkpoint code). */
+/* A checkpoint (docs/design.md section 8; written by the checkpoint code). */
 #define CATALOGUE_CHECKPOINT_ACTIVE       "active"
 #define CATALOGUE_CHECKPOINT_FROZEN       "frozen"
 #define CATALOGUE_CHECKPOINT_INCONSISTENT "inconsistent"
