@@ -32,6 +32,14 @@ snapfg_check_chunk_size (int64_t chunk_size)
 }
 
 const char *
+snapfg_check_store_type (const char *store_type)
+{
+  if (store_type_find (store_type) == NULL)
+    return "unknown store type (the types are:" SNAPFG_STORE_TYPE_WORDS ")";
+  return NULL;
+}
+
+const char *
 snapfg_check_block_size (int64_t block_size)
 {
   if (block_size != 512 && block_size != 4096)
@@ -392,7 +400,7 @@ snapshot_create (struct snapfg_engine *e,
     .opaque = e,
   };
   struct snapfg_store_params params = {
-    .type = o->store_type ? o->store_type : "persistent",
+    .type = o->store_type ? o->store_type : store_types[0].name,
     .path = o->cow_path,
     .chunk_size = o->chunk_size ? o->chunk_size : SNAPFG_DEFAULT_CHUNK_SIZE,
     .cow_size = o->cow_size,

@@ -91,6 +91,7 @@ extern int snapfg_engine_restore (struct snapfg_engine *e);
 /* Checks shared by the plugin's parameter parsing and snapfgctl.  They
  * return NULL if the value is fine, else a message saying what is wrong.
  */
+extern const char *snapfg_check_store_type (const char *store_type);
 extern const char *snapfg_check_chunk_size (int64_t chunk_size);
 extern const char *snapfg_check_block_size (int64_t block_size);
 /* A snapshot name: UTF-8, no control characters, 1 to
@@ -165,7 +166,7 @@ extern void snapfg_view_stats (struct snapfg_engine *e,
 
 struct snapfg_snapshot_info {
   const char *name;
-  const char *store;               /* "persistent" or "transient" */
+  const char *store;               /* its type's name (store-types.h) */
   const char *cow_path;
   uint32_t chunk_size;
   const char *state;               /* "valid", "Invalid", "Overflow",

@@ -13,17 +13,33 @@
 #include "snapfg-log.h"
 #include "file-lock.h"
 
+#define STORE_TYPE_ENTRY_(name, open, summary) { #name, open, summary },
+const struct store_type store_types[] = {
+  SNAPFG_STORE_TYPES (STORE_TYPE_ENTRY_)
+  { NULL, NULL, NULL }
+};
+
+const struct store_type *
+store_type_find (const char *name)
+{
+  for (const struct store_type *t = store_types; t->name; ++t)
+    if (strcmp (t->name, name) == 0)
+      return t;
+  return NULL;
+}
+
 int
 store_open (const struct snapfg_store_params *params,
             struct snapfg_store **stp)
 {
-  if (strcmp (params->type, "transient") == 0)
-    return transient_store_open (params, stp);
-  if (strcmp (params->type, "persistent") == 0)
-    return persistent_store_open (params, stp);
-  snapfg_error ("store=%s: unknown store type "
-                "(expected transient or persistent)", params->type);
-  return -EINVAL;
+  const struct store_type *t = store_type_find (params->type);
+
+  if (t == NULL) {
+    snapfg_error ("store=%s: unknown store type (the types are:"
+                  SNAPFG_STORE_TYPE_WORDS ")", params->type);
+    return -EINVAL;
+  }
+  return t->open (params, stp);
 }
 
 int

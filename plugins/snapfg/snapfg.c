@@ -18,6 +18,7 @@
 #include "cbt-bitmap.h"
 #include "checkpoint.h"
 #include "device.h"
+#include "store-types.h"
 #include "control-server.h"
 #include "catalogue.h"
 #include "snapfg-log.h"
@@ -33,7 +34,7 @@ struct startup_snapshot {
 };
 static struct startup_snapshot *extra_snapshots;
 static size_t nextra_snapshots;
-static const char *store_type = "persistent";
+static char *store_type;               /* NULL: the default */
 static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
 static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
@@ -101,6 +102,7 @@ plugin_unload (void)
   }
   free (extra_snapshots);
   free (control_path);
+  free (store_type);
 }
 
 /* Parse a size parameter; nbdkit_parse_size names the value on error. */
@@ -186,13 +188,14 @@ plugin_config (const char *key, const char *value)
     nextra_snapshots++;
   }
   else if (strcmp (key, "store") == 0) {
-    if (strcmp (value, "transient") == 0)
-      store_type = "transient";
-    else if (strcmp (value, "persistent") == 0)
-      store_type = "persistent";
-    else {
-      nbdkit_error ("store=%s: unknown store type "
-                    "(expected transient or persistent)", value);
+    problem = snapfg_check_store_type (value);
+    if (problem) {
+      nbdkit_error ("store=%s: %s", value, problem);
+      return -1;
+    }
+    free (store_type);
+    if ((store_type = strdup (value)) == NULL) {
+      nbdkit_error ("strdup: %m");
       return -1;
     }
   }
@@ -425,7 +428,8 @@ plugin_cleanup (void)
   "origin=<FILE>         (required) The origin: file, block device or NBD URI.\n" \
   "cow=<FILE>            COW store (file, block device or NBD URI) of \"snapshot\".\n" \
   "snapshot=<NAME>:<COW> Another snapshot exported as NAME (repeatable).\n" \
-  "store=persistent|transient Exception store (default persistent).\n" \
+  "store=<TYPE>          Exception store, one of:" SNAPFG_STORE_TYPE_WORDS \
+  "\n                      (the first is the default).\n" \
   "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
