@@ -51,7 +51,7 @@ struct catalogue_origin {
 struct catalogue_snapshot {
   char *name;
   char *cow;                       /* path or URI of the COW store */
-  char *store;                     /* "persistent" or "transient" */
+  char *store;                     /* a name of store-types.h */
   uint32_t chunk_size;
   uint64_t cow_size;               /* as asked for; 0: the default */
   int64_t created;                 /* unix seconds */

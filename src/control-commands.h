@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "store-types.h"            /* the create command's store choices */
+
 enum control_cmd {
 #define CONTROL_COMMAND(id, name, handler, flags, summary) CONTROL_##id,
 #define CONTROL_ARG(cmd, key, type, flags, option, metavar, help)

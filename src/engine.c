@@ -35,7 +35,7 @@ const char *
 snapfg_check_store_type (const char *store_type)
 {
   if (store_type_find (store_type) == NULL)
-    return "unknown store type (the types are:" SNAPFG_STORE_TYPE_WORDS ")";
+    return "unknown store type (expected " SNAPFG_STORE_TYPE_CHOICES ")";
   return NULL;
 }
 
@@ -400,7 +400,7 @@ snapshot_create (struct snapfg_engine *e,
     .opaque = e,
   };
   struct snapfg_store_params params = {
-    .type = o->store_type ? o->store_type : store_types[0].name,
+    .type = o->store_type ? o->store_type : SNAPFG_DEFAULT_STORE_TYPE,
     .path = o->cow_path,
     .chunk_size = o->chunk_size ? o->chunk_size : SNAPFG_DEFAULT_CHUNK_SIZE,
     .cow_size = o->cow_size,

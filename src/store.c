@@ -13,10 +13,11 @@
 #include "snapfg-log.h"
 #include "file-lock.h"
 
-#define STORE_TYPE_ENTRY_(name, open, summary) { #name, open, summary },
+#define STORE_TYPE_ENTRY_(name, open, survives, summary)                 \
+  { #name, open, survives, summary },
 const struct store_type store_types[] = {
   SNAPFG_STORE_TYPES (STORE_TYPE_ENTRY_)
-  { NULL, NULL, NULL }
+  { NULL, NULL, false, NULL }
 };
 
 const struct store_type *
@@ -35,8 +36,8 @@ store_open (const struct snapfg_store_params *params,
   const struct store_type *t = store_type_find (params->type);
 
   if (t == NULL) {
-    snapfg_error ("store=%s: unknown store type (the types are:"
-                  SNAPFG_STORE_TYPE_WORDS ")", params->type);
+    snapfg_error ("store=%s: unknown store type (expected "
+                  SNAPFG_STORE_TYPE_CHOICES ")", params->type);
     return -EINVAL;
   }
   return t->open (params, stp);

@@ -119,10 +119,11 @@ struct store_type {
   const char *name;
   int (*open) (const struct snapfg_store_params *params,
                struct snapfg_store **stp);
+  bool survives_restart;           /* its exceptions are on disk */
   const char *summary;
 };
 
-#define STORE_TYPE_DECLARE_(name, open, summary)                         \
+#define STORE_TYPE_DECLARE_(name, open, survives, summary)               \
   extern int open (const struct snapfg_store_params *params,             \
                    struct snapfg_store **stp);
 SNAPFG_STORE_TYPES (STORE_TYPE_DECLARE_)

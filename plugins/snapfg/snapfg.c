@@ -428,8 +428,8 @@ plugin_cleanup (void)
   "origin=<FILE>         (required) The origin: file, block device or NBD URI.\n" \
   "cow=<FILE>            COW store (file, block device or NBD URI) of \"snapshot\".\n" \
   "snapshot=<NAME>:<COW> Another snapshot exported as NAME (repeatable).\n" \
-  "store=<TYPE>          Exception store, one of:" SNAPFG_STORE_TYPE_WORDS \
-  "\n                      (the first is the default).\n" \
+  "store=" SNAPFG_STORE_TYPE_CHOICES " Exception store (default " \
+  SNAPFG_DEFAULT_STORE_TYPE ").\n" \
   "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
