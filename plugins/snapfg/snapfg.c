@@ -19,6 +19,7 @@
 #include "checkpoint.h"
 #include "device.h"
 #include "store-types.h"
+#include "vector.h"
 #include "control-server.h"
 #include "catalogue.h"
 #include "snapfg-log.h"
@@ -32,8 +33,8 @@ struct startup_snapshot {
   char *name;
   char *cow_path;
 };
-static struct startup_snapshot *extra_snapshots;
-static size_t nextra_snapshots;
+DEFINE_VECTOR_TYPE (startup_snapshot_vector, struct startup_snapshot);
+static startup_snapshot_vector extra_snapshots;
 static char *store_type;               /* NULL: the default */
 static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
 static int64_t cow_size;
@@ -96,11 +97,11 @@ plugin_unload (void)
   free (state_path);
   free (origin_path);
   free (cow_path);
-  for (size_t i = 0; i < nextra_snapshots; ++i) {
-    free (extra_snapshots[i].name);
-    free (extra_snapshots[i].cow_path);
+  for (size_t i = 0; i < extra_snapshots.len; ++i) {
+    free (extra_snapshots.ptr[i].name);
+    free (extra_snapshots.ptr[i].cow_path);
   }
-  free (extra_snapshots);
+  startup_snapshot_vector_reset (&extra_snapshots);
   free (control_path);
   free (store_type);
 }
@@ -149,7 +150,7 @@ plugin_config (const char *key, const char *value)
   }
   else if (strcmp (key, "snapshot") == 0) {
     const char *colon = strchr (value, ':');
-    struct startup_snapshot *list, *x;
+    struct startup_snapshot x;
 
     if (colon == NULL || colon == value || colon[1] == '\0') {
       nbdkit_error ("snapshot=%s: expected snapshot=NAME:COW", value);
@@ -168,24 +169,16 @@ plugin_config (const char *key, const char *value)
         return -1;
       }
     }
-    list = realloc (extra_snapshots,
-                    (nextra_snapshots + 1) * sizeof *list);
-    if (list == NULL) {
-      nbdkit_error ("realloc: %m");
-      return -1;
-    }
-    extra_snapshots = list;
-    x = &list[nextra_snapshots];
-    x->name = strndup (value, colon - value);
-    x->cow_path = device_is_uri (colon + 1) ? strdup (colon + 1)
+    x.name = strndup (value, colon - value);
+    x.cow_path = device_is_uri (colon + 1) ? strdup (colon + 1)
       : nbdkit_absolute_path (colon + 1);
-    if (x->name == NULL || x->cow_path == NULL) {
-      free (x->name);
-      free (x->cow_path);
+    if (x.name == NULL || x.cow_path == NULL ||
+        startup_snapshot_vector_append (&extra_snapshots, x) < 0) {
+      free (x.name);
+      free (x.cow_path);
       nbdkit_error ("snapshot=%s: out of memory", value);
       return -1;
     }
-    nextra_snapshots++;
   }
   else if (strcmp (key, "store") == 0) {
     problem = snapfg_check_store_type (value);
@@ -326,7 +319,7 @@ plugin_config_complete (void)
                   "(the disk to serve and snapshot)");
     return -1;
   }
-  if (cow_path == NULL && nextra_snapshots == 0) {
+  if (cow_path == NULL && extra_snapshots.len == 0) {
     if (cow_size) {
       nbdkit_error ("cow-size= given without cow= or snapshot=");
       return -1;
@@ -376,9 +369,9 @@ plugin_config_complete (void)
       startup_snapshot (SNAPFG_STARTUP_SNAPSHOT, cow_path) < 0)
     goto fail;
   /* Then the snapshot= ones, in order, with the same store settings. */
-  for (size_t i = 0; i < nextra_snapshots; ++i)
-    if (startup_snapshot (extra_snapshots[i].name,
-                          extra_snapshots[i].cow_path) < 0)
+  for (size_t i = 0; i < extra_snapshots.len; ++i)
+    if (startup_snapshot (extra_snapshots.ptr[i].name,
+                          extra_snapshots.ptr[i].cow_path) < 0)
       goto fail;
   return 0;
 
