@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "power-of-two.h"
 #include "catalogue.h"
 #include "checkpoint.h"
 #include "file-lock.h"
@@ -26,7 +27,7 @@ snapfg_check_chunk_size (int64_t chunk_size)
 {
   if (chunk_size < SNAPFG_MIN_CHUNK_SIZE || chunk_size > SNAPFG_MAX_CHUNK_SIZE)
     return "must be between 512 and 1M";
-  if ((chunk_size & (chunk_size - 1)) != 0)
+  if (!is_power_of_two (chunk_size))
     return "must be a power of two";
   return NULL;
 }
