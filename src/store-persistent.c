@@ -32,6 +32,7 @@
 #include <pthread.h>
 
 #include "store.h"
+#include "rounding.h"
 #include "dm-format.h"
 #include "store-binding.h"
 #include "snapfg-log.h"
@@ -327,8 +328,7 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
   if (st->opened_invalid || ps->fresh)
     return 0;                   /* nothing to load, or not to be used */
   r = dm_load_exceptions (&st->dev, st->chunk_size,
-                          (st->origin_size + st->chunk_size - 1)
-                          >> st->chunk_shift,
+                          div_round_up (st->origin_size, st->chunk_size),
                           fn, opaque, &res, why, sizeof why);
   if (r < 0) {
     snapfg_error ("cow=%s: %s; refusing to use it (the file is left "
@@ -718,7 +718,7 @@ persistent_store_open (const struct snapfg_store_params *params,
     st->opened_invalid = h.valid == 0;
     st->opened_merging = ps->merging = h.snapfg_merging && h.valid;
   }
-  st->chunk_shift = __builtin_ctz (st->chunk_size);
+  st->chunk_shift = log2_of_power_of_two (st->chunk_size);
   ps->pairs_per_area = dm_pairs_per_area (st->chunk_size);
 
   /* Who may attach this store (store-binding.c).  Refused: nothing is
@@ -739,9 +739,8 @@ persistent_store_open (const struct snapfg_store_params *params,
   /* Default size: the header, a copy of every origin chunk, the areas
    * describing them and the zeroed area after the last one.
    */
-  origin_chunks = (params->origin_size + st->chunk_size - 1)
-    >> st->chunk_shift;
-  areas = (origin_chunks + ps->pairs_per_area - 1) / ps->pairs_per_area;
+  origin_chunks = div_round_up (params->origin_size, st->chunk_size);
+  areas = div_round_up (origin_chunks, ps->pairs_per_area);
   r = store_set_size (params, st,
                       (1 + origin_chunks + areas + 1) << st->chunk_shift);
   if (r < 0) {
