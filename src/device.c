@@ -227,6 +227,14 @@ device_truncate (struct snapfg_device *dev, uint64_t size)
   return dev->ops->truncate (dev, size);
 }
 
+int
+device_discard_contents (struct snapfg_device *dev, uint64_t used)
+{
+  if (used > dev->size && dev->fixed_size)
+    used = dev->size;
+  return dev->ops->discard_contents (dev, used);
+}
+
 /* device_is_all_zero: read every extent that is not known to be zero. */
 struct zero_scan {
   const struct snapfg_device *dev;
@@ -574,6 +582,18 @@ file_truncate (struct snapfg_device *dev, uint64_t size)
   return 0;
 }
 
+/* A file gives its space back by becoming empty again.  A block device
+ * cannot shrink: what was used is zeroed, so that it reads as all zero
+ * (a new store) again.
+ */
+static int
+file_discard_contents (struct snapfg_device *dev, uint64_t used)
+{
+  if (dev->is_block)
+    return device_zero (dev, used, 0, true, false);
+  return file_truncate (dev, 0);
+}
+
 const struct device_ops device_file_ops = {
   .name = "file",
   .open = file_open,
@@ -588,4 +608,5 @@ const struct device_ops device_file_ops = {
   .zero = file_zero,
   .extents = file_extents,
   .truncate = file_truncate,
+  .discard_contents = file_discard_contents,
 };

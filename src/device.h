@@ -5,9 +5,10 @@
  * device-nbd.c).  Every backend implements struct device_ops; the
  * device_* functions below dispatch to it.  Callers read the fields of
  * struct snapfg_device that describe any disk (path, size, fixed_size,
- * can_flush, readonly); the backend-specific ones (fd, is_block, st_*,
- * priv) are the backends' own, and only the transient store still tests
- * is_nbd (see docs/design.md section 9).  All I/O is positioned and
+ * can_flush, readonly); the backend-specific ones (fd, is_block, is_nbd,
+ * st_*, priv) are the backends' own, except that the store binding
+ * (store-binding.c) and the engine read the origin's identity from them
+ * (docs/design.md section 9).  All I/O is positioned and
  * every function may be called from many threads at once on one device.
  * Functions return 0 or a negative errno and never log: callers know
  * which disk it was and say so (with device_strerror for the reason an
@@ -114,6 +115,14 @@ extern int device_is_all_zero (const struct snapfg_device *dev);
 /* Set the size of a regular file (-EINVAL for a fixed-size device). */
 extern int device_truncate (struct snapfg_device *dev, uint64_t size);
 
+/* Give back what [0, used) holds and leave the device empty or all zero,
+ * as a new one would be: a file becomes empty, a block device or an NBD
+ * export is zeroed there.  For stores whose contents die with them (the
+ * transient store), so that they never need to know the backend.
+ */
+extern int device_discard_contents (struct snapfg_device *dev,
+                                    uint64_t used);
+
 /* --- backends ---
  *
  * open fills in everything in struct snapfg_device but ops, path and the
@@ -146,6 +155,7 @@ struct device_ops {
   int (*extents) (const struct snapfg_device *dev, uint64_t count,
                   uint64_t offset, snapfg_extent_fn fn, void *opaque);
   int (*truncate) (struct snapfg_device *dev, uint64_t size);
+  int (*discard_contents) (struct snapfg_device *dev, uint64_t used);
 };
 
 extern const struct device_ops device_file_ops;   /* device.c */
