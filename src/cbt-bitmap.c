@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "cbt-bitmap.h"
+#include "rounding.h"
 #include "snapfg-log.h"
 
 /* Words written by one pwrite of the slow path (4 KiB). */
@@ -45,7 +46,7 @@ test_write_error (void)
 const char *
 cbt_check_granularity (int64_t granularity, int64_t chunk_size)
 {
-  if (granularity <= 0 || (granularity & (granularity - 1)) != 0)
+  if (granularity <= 0 || !is_power_of_two (granularity))
     return "must be a power of two";
   if (granularity < chunk_size)
     return "must be at least chunk-size= (the copy-out unit)";
@@ -75,16 +76,6 @@ cbt_boot_id (char id[CBT_BOOT_ID_LEN])
   if (fp)
     fclose (fp);
   id[strcspn (id, "\n")] = '\0';
-}
-
-static unsigned
-log2_u32 (uint32_t x)
-{
-  unsigned s = 0;
-
-  while ((UINT32_C (1) << s) < x)
-    s++;
-  return s;
 }
 
 /* --- the header --- */
@@ -186,9 +177,9 @@ bitmap_alloc (const char *path, uint32_t granularity, uint64_t origin_size)
     return NULL;
   bm->fd = -1;
   bm->granularity = granularity;
-  bm->shift = log2_u32 (granularity);
+  bm->shift = log2_of_power_of_two (granularity);
   bm->origin_size = origin_size;
-  bm->granules = (origin_size + granularity - 1) >> bm->shift;
+  bm->granules = div_round_up (origin_size, granularity);
   bm->nwords = (bm->granules + 63) / 64;
   bm->words = calloc (bm->nwords ? bm->nwords : 1, sizeof *bm->words);
   bm->path = strdup (path ? path : "(memory)");
@@ -334,7 +325,7 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
   }
   granularity = le32toh (h.granularity);
   if (granularity < 512 || granularity > CBT_MAX_GRANULARITY ||
-      (granularity & (granularity - 1)) != 0) {
+      !is_power_of_two (granularity)) {
     snprintf (why, why_len, "corrupt header: granularity %" PRIu32,
               granularity);
     close (fd);

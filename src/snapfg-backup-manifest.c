@@ -29,6 +29,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/crypto.h>
 
+#include "rounding.h"
 #include "snapfg-backup.h"
 
 #define MANIFEST "manifest.json"
@@ -178,7 +179,7 @@ manifest_write (int dirfd, const char *dir, json_t *manifest,
 static uint64_t
 block_count (uint64_t block, uint64_t size)
 {
-  return (size + block - 1) / block;
+  return div_round_up (size, block);
 }
 
 int

@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "rounding.h"
 #include "snapfg-backup.h"
 
 #define MAX_SOURCES 4           /* connections to the snapshot (multi-conn) */
@@ -199,7 +200,7 @@ sum_block_for (uint64_t size)
 {
   uint64_t b = 65536;
 
-  while ((size + b - 1) / b > (1 << 20))
+  while (div_round_up (size, b) > (1 << 20))
     b *= 2;
   return b;
 }
@@ -222,7 +223,7 @@ normalise_ranges (struct copy_range *r, size_t n, uint64_t block,
   for (size_t i = 0; i < n; ++i) {
     uint64_t start = r[i].offset / block * block;
     uint64_t end = r[i].offset + r[i].length;
-    end = (end + block - 1) / block * block;
+    end = div_round_up (end, block) * block;
     if (end > size)
       end = size;
     r[i].offset = start;
@@ -743,7 +744,7 @@ cmd_backup (const struct options *o, const char *dir_path)
   }
   else {
     block = sum_block_for (size);
-    sums = malloc ((size + block - 1) / block * SHA256_LEN + 1);
+    sums = malloc (div_round_up (size, block) * SHA256_LEN + 1);
     if (sums == NULL) {
       backup_error ("out of memory");
       goto out;
@@ -751,7 +752,7 @@ cmd_backup (const struct options *o, const char *dir_path)
     /* Blocks the copy skips (holes) read as zero. */
     {
       unsigned char z[SHA256_LEN], zl[SHA256_LEN];
-      uint64_t nb = (size + block - 1) / block;
+      uint64_t nb = div_round_up (size, block);
       sha256_zero (block, z);
       sha256_zero (size - (nb - 1) * block, zl);
       for (uint64_t b = 0; b < nb; ++b)
@@ -1094,7 +1095,7 @@ cmd_restore (const struct options *o, const char *dir_path, const char *out)
     backup_info ("warning: not verified (%s)", err);
   if (expected) {
     struct copy_job job;
-    uint64_t nb = (size + block - 1) / block;
+    uint64_t nb = div_round_up (size, block);
     unsigned char z[SHA256_LEN], zl[SHA256_LEN];
 
     h = open_image (tmp, o->format, true);

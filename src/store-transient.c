@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "store.h"
+#include "rounding.h"
 #include "snapfg-log.h"
 
 static int
@@ -131,7 +132,7 @@ transient_store_open (const struct snapfg_store_params *params,
     return -ENOMEM;
   st->ops = &transient_ops;
   st->chunk_size = params->chunk_size;
-  st->chunk_shift = __builtin_ctz (params->chunk_size);
+  st->chunk_shift = log2_of_power_of_two (params->chunk_size);
 
   r = store_open_device (params, st);
   if (r < 0) {
@@ -146,8 +147,7 @@ transient_store_open (const struct snapfg_store_params *params,
 
   /* Default: room for a copy of every origin chunk. */
   r = store_set_size (params, st,
-                      (params->origin->size + st->chunk_size - 1)
-                      & ~(uint64_t) (st->chunk_size - 1));
+                      round_up (params->origin->size, st->chunk_size));
   if (r < 0) {
     store_discard_new (st);
     return r;
