@@ -419,6 +419,16 @@ def cmd_load(a):
         log("%s read under load: cut per writer %s: %s" %
             (name, cuts, "ok" if good else "WRONG"))
         time.sleep(a.gap)
+    # The test's "changed" check needs every writer to have rewritten each
+    # of its K blocks after the last snapshot.  A gap of time does not
+    # promise that on a loaded machine: wait for the writes themselves.
+    if snaps:
+        base = [len(wr.acked) for wr in writers]
+        deadline = time.monotonic() + 60
+        while (any(len(wr.acked) < b + K for wr, b in zip(writers, base))
+               and not any(wr.error for wr in writers)
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
     stop.set()
     for wr in writers:
         wr.join()
