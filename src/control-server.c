@@ -323,7 +323,9 @@ do_changed (struct control_server *srv, const struct control_request *req,
   }
   cs.out = &ranges;
   r = snapfg_snapshot_changed (s, append_range, &cs);
-  if (r < 0) {
+  if (r < 0 && last_error[0])
+    reply_error (out, last_error);      /* the engine said why */
+  else if (r < 0) {
     snprintf (msg, sizeof msg, "changed %s: %s", req->name, strerror (-r));
     reply_error (out, msg);
   }

@@ -480,6 +480,33 @@ compare_chunks (const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
+/* An incremental backup built from the changed ranges of a snapshot is
+ * only complete if every origin change since the snapshot's instant was
+ * copied out into it: not so for an Invalid snapshot (copy-outs stopped
+ * when it became Invalid) nor a merging one (its exceptions are being
+ * merged away).  Says why and returns -errno, or 0.
+ */
+static int
+changed_refusal (struct snapfg_snapshot *s)
+{
+  switch (atomic_load (&s->state)) {
+  case SNAPSHOT_VALID:
+    return 0;
+  case SNAPSHOT_MERGING:
+    snapfg_error ("changed %s: the snapshot is being merged into the "
+                  "origin, so its changed ranges are no longer known; "
+                  "after the merge, back up the origin in full", s->name);
+    return -EBUSY;
+  default:
+    snapfg_error ("changed %s: the snapshot is Invalid (%s), so the list "
+                  "of origin ranges changed since it was taken is "
+                  "incomplete; take a full backup", s->name,
+                  atomic_load (&s->state) == SNAPSHOT_DROPPED
+                  ? "dropped" : "its COW store overflowed or failed");
+    return -EIO;
+  }
+}
+
 int
 snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
                          void *opaque)
@@ -488,9 +515,20 @@ snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
   size_t n, i;
   int r;
 
+  r = changed_refusal (s);
+  if (r < 0)
+    return r;
   r = exception_table_collect (&s->table, &chunks, &n);
   if (r < 0)
     return r;
+  /* It may have become Invalid while the table was read: the list would
+   * miss the origin changes made since.
+   */
+  r = changed_refusal (s);
+  if (r < 0) {
+    free (chunks);
+    return r;
+  }
   qsort (chunks, n, sizeof *chunks, compare_chunks);
   for (i = 0; i < n && r == 0; ) {
     size_t j = i + 1;
