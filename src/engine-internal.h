@@ -31,6 +31,12 @@ enum fault_point {
   FAULT_MERGE_BATCH,           /* a merge batch copied, not yet forgotten */
 };
 
+/* Test-only allocation failures (SNAPFG_TEST_FAIL_AT). */
+enum fail_point {
+  FAIL_NONE,
+  FAIL_SNAPSHOT_LIST,          /* growing the engine's list of snapshots */
+};
+
 enum snapshot_state {
   SNAPSHOT_VALID,
   SNAPSHOT_INVALID,            /* COW full during an origin write, or I/O error */
@@ -88,6 +94,9 @@ struct snapfg_engine {
   /* Test hook: SNAPFG_TEST_CRASH_AT kills the process at a fault point. */
   enum fault_point fault_at;
   atomic_long fault_countdown;
+  /* Test hook: SNAPFG_TEST_FAIL_AT makes an allocation fail. */
+  enum fail_point fail_at;
+  atomic_long fail_countdown;
 
   /* A chunk's worth of zeroes (the largest chunk size), for zeroing
    * snapshot chunks.  Read-only after open.
@@ -122,6 +131,9 @@ extern void merge_stop_thread (struct snapfg_snapshot *s);
 /* Die here if the test hook asks for it. */
 extern void engine_fault_point (struct snapfg_engine *e,
                                 enum fault_point where);
+
+/* Should the allocation at 'where' fail, as the test hook asks? */
+extern bool engine_fail_point (struct snapfg_engine *e, enum fail_point where);
 
 /* Sleep for the test hook, if set. */
 extern void engine_test_delay (const struct snapfg_engine *e);

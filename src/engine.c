@@ -67,6 +67,30 @@ parse_fault_point (struct snapfg_engine *e, const char *spec)
     snapfg_error ("SNAPFG_TEST_CRASH_AT=%s: unknown fault point", spec);
 }
 
+/* Test hook: SNAPFG_TEST_FAIL_AT=WHERE[:N] makes the Nth (default first)
+ * allocation at WHERE fail as if memory ran out: "snapshot-list"
+ * (adding a snapshot to the engine's list).  Error paths that no other
+ * test can reach deterministically are tested with it.
+ */
+static void
+parse_fail_point (struct snapfg_engine *e, const char *spec)
+{
+  const char *colon;
+  size_t len;
+
+  e->fail_at = FAIL_NONE;
+  if (spec == NULL || *spec == '\0')
+    return;
+  colon = strchr (spec, ':');
+  len = colon ? (size_t) (colon - spec) : strlen (spec);
+  if (len == strlen ("snapshot-list") &&
+      strncmp (spec, "snapshot-list", len) == 0)
+    e->fail_at = FAIL_SNAPSHOT_LIST;
+  else
+    snapfg_error ("SNAPFG_TEST_FAIL_AT=%s: unknown failure point", spec);
+  atomic_init (&e->fail_countdown, colon ? strtol (colon + 1, NULL, 10) : 1);
+}
+
 int
 snapfg_engine_open (const struct snapfg_options *opts,
                     struct snapfg_engine **ep)
@@ -126,6 +150,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   if (env && *env)
     e->test_merge_delay_us = strtoul (env, NULL, 10);
   parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
+  parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
 
   *ep = e;
   return 0;
@@ -349,6 +374,17 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     snapshot_discard (s);
     return -EBUSY;
   }
+  /* Grow the list before anything refers to s: on failure s is freed. */
+  list = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? NULL
+    : realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
+  if (list == NULL) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    snapfg_error ("snapshot \"%s\": out of memory adding it to the list "
+                  "of snapshots", o->name);
+    snapshot_discard (s);
+    return -ENOMEM;
+  }
+  e->snapshots = list;
   if (s->store->opened_merging) {
     /* A merge was under way: the origin view is the snapshot's from now
      * on, and snapfg_engine_start_background resumes the copying.
@@ -356,14 +392,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     atomic_store (&s->state, SNAPSHOT_MERGING);
     e->merging = s;
   }
-  list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
-  if (list == NULL) {
-    percpu_rwlock_write_unlock (&e->geometry);
-    snapshot_discard (s);
-    return -ENOMEM;
-  }
   list[e->nsnapshots] = s;
-  e->snapshots = list;
   e->nsnapshots++;
   e->min_chunk_size = compute_min_chunk_size (e);
   percpu_rwlock_write_unlock (&e->geometry);
@@ -683,6 +712,18 @@ engine_fault_point (struct snapfg_engine *e, enum fault_point where)
   snapfg_debug ("test fault point %d reached: killing the process", where);
   kill (getpid (), SIGKILL);
   pause ();
+}
+
+bool
+engine_fail_point (struct snapfg_engine *e, enum fail_point where)
+{
+  if (e->fail_at != where)
+    return false;
+  if (atomic_fetch_sub (&e->fail_countdown, 1) != 1)
+    return false;
+  snapfg_debug ("test failure point %d reached: failing the allocation",
+                where);
+  return true;
 }
 
 void
