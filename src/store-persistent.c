@@ -326,6 +326,19 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
                   "unchanged)", st->dev.path, why);
     return r;
   }
+  if (res.next_free > st->max_chunks) {
+    /* Accepting it would make the next copy-out find the store "full"
+     * and invalidate the snapshot.
+     */
+    snapfg_error ("cow=%s: cow-size= allows %" PRIu64 " bytes, less than "
+                  "the %" PRIu64 " bytes the store already uses (%" PRIu64
+                  " chunks of %" PRIu32 "); give cow-size=%" PRIu64
+                  " or more, or no cow-size= (the file is left unchanged)",
+                  st->dev.path, st->max_chunks << st->chunk_shift,
+                  res.next_free << st->chunk_shift, res.next_free,
+                  st->chunk_size, res.next_free << st->chunk_shift);
+    return -EINVAL;
+  }
   ps->current_area = res.current_area;
   ps->area_used = res.area_used;
   ps->zeroed_through = res.current_area;
