@@ -51,7 +51,7 @@ packages=(
     libtsan2 libasan8 libubsan1
     # tests, demo and benchmark
     libnbd-bin python3 python3-libnbd qemu-utils fio jq gnuplot-nox
-    coreutils diffutils util-linux procps socat
+    coreutils diffutils util-linux procps socat strace
     # optional tests: control socket under valgrind, libFuzzer target
     valgrind clang libclang-rt-14-dev
     # guest tests (make check-guest): QEMU, and cpio for the initramfs

@@ -766,11 +766,26 @@ snapfg_flush (struct snapfg_engine *e, struct snapfg_snapshot *from)
     struct snapfg_snapshot *s = e->snapshots[i];
     int sr;
 
+    if (s == e->merging) {
+      /* Origin writes to chunks not merged yet went into this COW store:
+       * it holds origin data, and its flush failing fails the flush.
+       */
+      r = s->store->ops->flush (s->store);
+      if (r < 0)
+        snapfg_error ("snapshot %s (COW %s): flush during the merge "
+                      "failed: %s", s->name, s->store->dev.path,
+                      strerror (-r));
+      continue;
+    }
     if (!snapshot_is_valid (s))
       continue;
     sr = s->store->ops->flush (s->store);
     if (sr < 0)
       snapshot_invalidate (s, "flushing the COW store failed", -sr);
+  }
+  if (r < 0) {
+    percpu_rwlock_read_unlock (&e->geometry, token);
+    return r;
   }
   if (!e->origin.readonly)
     r = device_flush (&e->origin);
