@@ -136,7 +136,7 @@ read_origin_chunk (struct snapfg_snapshot *s, uint64_t chunk, void *buf)
     memset ((char *) buf + len, 0, s->chunk_size - len);
   }
   r = device_pread (&e->origin, buf, len, start);
-  if (r < 0)
+  if (r < 0 && !engine_origin_shrunk (e, r, start + len))
     snapfg_error ("origin=%s: read of chunk %" PRIu64 " for a copy-out "
                   "failed: %s", e->origin.path, chunk, strerror (-r));
   return r;

@@ -77,6 +77,10 @@ struct snapfg_engine {
 
   struct snapfg_device origin;
   uint64_t size;               /* the origin's size, fixed */
+  /* The origin file's size when it was last found shrunk (initially
+   * 'size'): each new size is logged once, not per request.
+   */
+  atomic_uint_least64_t origin_size_seen;
   struct snapfg_stats stats;   /* the origin export's requests */
   enum snapfg_locking locking;
 
@@ -127,6 +131,15 @@ extern int merge_origin_io (struct snapfg_engine *e, enum origin_op op,
 extern int merge_start_thread (struct snapfg_snapshot *s);
 /* Stop and join a merge thread (engine close). */
 extern void merge_stop_thread (struct snapfg_snapshot *s);
+
+/* An origin request ending at 'end' failed with r.  If that is because
+ * the origin file shrank under the server, say so (once per new size),
+ * invalidate every valid snapshot that had not copied out all of what
+ * was lost, and return true: the caller need not log the request.
+ * Called with the geometry read side held.
+ */
+extern bool engine_origin_shrunk (struct snapfg_engine *e, int r,
+                                  uint64_t end);
 
 /* Die here if the test hook asks for it. */
 extern void engine_fault_point (struct snapfg_engine *e,

@@ -127,6 +127,11 @@ snapfg_engine_open (const struct snapfg_options *opts,
     goto err_close;
   }
   e->size = e->origin.size;
+  /* Clients are told this size: if the file shrinks under us, requests
+   * past its new end fail instead of reading zeroes or growing it.
+   */
+  e->origin.bounded = true;
+  atomic_init (&e->origin_size_seen, e->size);
 
   e->zeroes = calloc (1, SNAPFG_MAX_CHUNK_SIZE);
   if (e->zeroes == NULL) {
@@ -699,6 +704,58 @@ snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
     snapfg_error ("snapshot %s (COW %s) is now Invalid: %s",
                   s->name, s->store->dev.path, why);
   s->store->ops->invalidate (s->store);
+}
+
+/* Does s hold its own copy of every chunk of [first, last]? */
+static bool
+snapshot_holds_chunks (struct snapfg_snapshot *s, uint64_t first,
+                       uint64_t last)
+{
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    struct exception_stripe *stripe = exception_table_stripe (&s->table,
+                                                              chunk);
+    bool held;
+
+    exception_stripe_lock (stripe);
+    held = exception_stripe_lookup (stripe, chunk, NULL) &&
+      !exception_stripe_is_pending (stripe, chunk);
+    exception_stripe_unlock (stripe);
+    if (!held)
+      return false;
+  }
+  return true;
+}
+
+bool
+engine_origin_shrunk (struct snapfg_engine *e, int r, uint64_t end)
+{
+  uint64_t now, seen;
+
+  if (r != -EIO || device_current_size (&e->origin, &now) < 0 || now >= end)
+    return false;               /* a real I/O error */
+  seen = atomic_load (&e->origin_size_seen);
+  while (now != seen)
+    if (atomic_compare_exchange_weak (&e->origin_size_seen, &seen, now)) {
+      snapfg_error ("origin=%s: the file shrank to %" PRIu64 " bytes "
+                    "under the running server (it had %" PRIu64 " bytes "
+                    "at start-up); requests past %" PRIu64 " fail with EIO",
+                    e->origin.path, now, e->size, now);
+      /* What was past the new end is gone: a snapshot that still read
+       * any of it from the origin has lost that data for good (dm, too,
+       * invalidates a snapshot whose copy fails).
+       */
+      for (size_t i = 0; i < e->nsnapshots; ++i) {
+        struct snapfg_snapshot *s = e->snapshots[i];
+
+        if (snapshot_is_valid (s) &&
+            !snapshot_holds_chunks (s, now >> s->chunk_shift,
+                                    (e->size - 1) >> s->chunk_shift))
+          snapshot_invalidate (s, "the origin shrank, and the data it "
+                               "lost was not copied out", 0);
+      }
+      break;
+    }
+  return true;
 }
 
 void

@@ -79,7 +79,7 @@ read_run (struct snapfg_snapshot *s, struct origin_run *run)
     return 0;
   engine_test_delay (e);        /* widen the tracked-read window in tests */
   r = device_pread (&e->origin, run->buf, run->length, run->offset);
-  if (r < 0)
+  if (r < 0 && !engine_origin_shrunk (e, r, run->offset + run->length))
     snapfg_error ("origin=%s: read at %" PRIu64 " for snapshot %s failed: %s",
                   e->origin.path, run->offset, s->name, strerror (-r));
   release_run (run);

@@ -19,6 +19,9 @@
 #       One read; with "ok" (default) the data must equal the model's
 #       bytes there (if a model is given), else the read must fail with E.
 #
+#   zero URI OFF LEN [--expect E]
+#       One zero request (NBD_CMD_WRITE_ZEROES).
+#
 #   flush URI
 #       One flush.
 #
@@ -136,6 +139,18 @@ def cmd_read(a):
     return 0
 
 
+def cmd_zero(a):
+    h = connect(a.uri)
+    got, _ = outcome(lambda: h.zero(a.len, a.off))
+    close(h)
+    if got != a.expect:
+        print("failures-io: zero of %d bytes at %d: %s, expected %s"
+              % (a.len, a.off, got, a.expect))
+        return 1
+    print("zero %d@%d: %s" % (a.len, a.off, got))
+    return 0
+
+
 def cmd_flush(a):
     h = connect(a.uri)
     got, _ = outcome(lambda: h.flush())
@@ -171,11 +186,16 @@ def main():
     s.add_argument("len", type=int)
     s.add_argument("--model")
     s.add_argument("--expect", default="ok")
+    s = sub.add_parser("zero")
+    s.add_argument("uri")
+    s.add_argument("off", type=int)
+    s.add_argument("len", type=int)
+    s.add_argument("--expect", default="ok")
     s = sub.add_parser("flush")
     s.add_argument("uri")
     a = p.parse_args()
     return {"write": cmd_write, "writes": cmd_writes, "read": cmd_read,
-            "flush": cmd_flush}[a.cmd](a)
+            "zero": cmd_zero, "flush": cmd_flush}[a.cmd](a)
 
 
 if __name__ == "__main__":
