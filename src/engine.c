@@ -532,11 +532,11 @@ changed_refusal (struct snapfg_snapshot *s)
                   "after the merge, back up the origin in full", s->name);
     return -EBUSY;
   default:
-    snapfg_error ("changed %s: the snapshot is Invalid (%s), so the list "
-                  "of origin ranges changed since it was taken is "
-                  "incomplete; take a full backup", s->name,
+    snapfg_error ("changed %s: the snapshot is %s, so the list of origin "
+                  "ranges changed since it was taken is incomplete; take a "
+                  "full backup", s->name,
                   atomic_load (&s->state) == SNAPSHOT_DROPPED
-                  ? "dropped" : "its COW store overflowed or failed");
+                  ? "dropped" : "Invalid");
     return -EIO;
   }
 }
