@@ -75,6 +75,13 @@ struct snapfg_engine {
   uint32_t min_chunk_size;     /* origin requests split at this size */
   struct snapfg_snapshot *merging;  /* being merged: origin I/O is routed */
 
+  /* Merge threads not yet finished, detached ones included (merge.c):
+   * closing the engine waits for them, since they use its locks.
+   */
+  pthread_mutex_t merge_threads_lock;
+  pthread_cond_t merge_threads_done;
+  unsigned merge_threads;
+
   struct snapfg_device origin;
   uint64_t size;               /* the origin's size, fixed */
   /* The origin file's size when it was last found shrunk (initially

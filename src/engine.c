@@ -142,8 +142,12 @@ snapfg_engine_open (const struct snapfg_options *opts,
   r = percpu_rwlock_init (&e->geometry);
   if (r < 0)
     goto err_zeroes;
+  pthread_mutex_init (&e->merge_threads_lock, NULL);
+  pthread_cond_init (&e->merge_threads_done, NULL);
   r = stats_init (&e->stats);
   if (r < 0) {
+    pthread_cond_destroy (&e->merge_threads_done);
+    pthread_mutex_destroy (&e->merge_threads_lock);
     percpu_rwlock_destroy (&e->geometry);
     goto err_zeroes;
   }
@@ -189,6 +193,13 @@ snapfg_engine_close (struct snapfg_engine *e)
     return;
   for (size_t i = 0; i < e->nsnapshots; ++i)
     merge_stop_thread (e->snapshots[i]);
+  /* A merge that ended by itself detached its thread, which may still be
+   * on its way out through the geometry lock.
+   */
+  pthread_mutex_lock (&e->merge_threads_lock);
+  while (e->merge_threads > 0)
+    pthread_cond_wait (&e->merge_threads_done, &e->merge_threads_lock);
+  pthread_mutex_unlock (&e->merge_threads_lock);
   /* No request can arrive any more, but a connection's close may still
    * hold a reference.  Close every store now anyway (a transient store
    * gives its file back, a persistent one flushes): the struct itself
@@ -204,6 +215,8 @@ snapfg_engine_close (struct snapfg_engine *e)
   }
   free (e->snapshots);
   stats_destroy (&e->stats);
+  pthread_cond_destroy (&e->merge_threads_done);
+  pthread_mutex_destroy (&e->merge_threads_lock);
   percpu_rwlock_destroy (&e->geometry);
   free ((void *) e->zeroes);
   device_close (&e->origin);
