@@ -22,7 +22,9 @@
 #                         (default: a new directory under /var/tmp)
 #   SNAPFG_DEMO_SIZE      size of the demo disk (default 256M)
 #   SNAPFG_DEMO_KEEP=1    keep the directory at the end
-#   SNAPFG_DEMO_ARGS      extra plugin parameters, e.g. "store=transient"
+#   SNAPFG_DEMO_ARGS      extra plugin parameters, e.g. "store=transient";
+#                         with control=SOCKET the demo adds
+#                         state=DIR/catalogue.json (unless state= is given)
 
 set -euo pipefail
 
@@ -149,6 +151,15 @@ fi
 rm -f "$cow" "$sock" "$pidfile"
 # shellcheck disable=SC2206
 extra=(${SNAPFG_DEMO_ARGS:-})
+# A server with a control socket creates snapshots at run time: give it
+# the origin's catalogue too, so that they survive a restart.
+case " ${extra[*]} " in
+    *" control="*)
+        case " ${extra[*]} " in
+            *" state="*) ;;
+            *) extra+=("state=$dir/catalogue.json") ;;
+        esac ;;
+esac
 step "Starting nbdkit with the snapfg plugin"
 say "nbdkit -f -U $sock $plugin origin=$origin cow=$cow ${extra[*]}"
 nbdkit -f --exit-with-parent -U "$sock" -P "$pidfile" \

@@ -1,10 +1,13 @@
 #!/bin/bash
-# Set up a Debian 12 machine for snapfg, build and install it, then run
-# the demo or the whole test suite.
+# Set up a Debian 12 or Debian 13 machine for snapfg, build and install
+# it, then run the demo or the test suite.
 #
 #   contrib/run.sh demo [ORIGIN]   build, install, run contrib/demo.sh
-#   contrib/run.sh test            build, install, make check and
-#                                  make check-sanitizers (what .ci/run does)
+#   contrib/run.sh test            build, install, make check,
+#                                  make check-sanitizers, make check-guest
+#   contrib/run.sh check           the same without make check-sanitizers
+#                                  (.ci/run's Debian 13 stage)
+#   contrib/run.sh deps            only install the packages
 #
 # Run it as root (or as a user with sudo) from a clone of the repository.
 # It installs only the Debian packages that are missing.
@@ -12,7 +15,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 demo [ORIGIN] | test" >&2
+    echo "usage: $0 demo [ORIGIN] | test | check | deps" >&2
     exit 2
 }
 [ $# -ge 1 ] || usage
@@ -20,7 +23,7 @@ cmd=$1
 shift
 case $cmd in
     demo) [ $# -le 1 ] || usage ;;
-    test) [ $# -eq 0 ] || usage ;;
+    test|check|deps) [ $# -eq 0 ] || usage ;;
     *) usage ;;
 esac
 
@@ -43,36 +46,74 @@ else
 fi
 
 # --- packages -------------------------------------------------------------
-packages=(
+# Required packages: the same names on Debian 12 (bookworm) and Debian 13
+# (trixie); installed in one apt-get call, which fails if one is missing.
+required=(
     # build
     build-essential autoconf automake libtool pkg-config perl
-    nbdkit nbdkit-plugin-dev libnbd-dev libev-dev
+    nbdkit nbdkit-plugin-dev libnbd-dev libev-dev libjansson-dev
+    # snapfg-backup's checksums (GnuTLS)
+    libgnutls28-dev
     # gcc's sanitizer runtimes (make check-sanitizers)
     libtsan2 libasan8 libubsan1
     # tests, demo and benchmark
-    libnbd-bin python3 python3-libnbd qemu-utils fio jq gnuplot-nox
+    libnbd-bin python3 python3-libnbd qemu-utils fio jq
     coreutils diffutils util-linux procps socat strace
-    # optional tests: control socket under valgrind, libFuzzer target
-    valgrind clang libclang-rt-14-dev
-    # guest tests (make check-guest): QEMU, and cpio for the initramfs
-    qemu-system-x86 cpio
+    # TLS tests (psktool), systemd-analyze verify of the service unit
+    gnutls-bin systemd
+    # guest tests (make check-guest): QEMU, cpio for the initramfs, the
+    # module decompressors (Debian 12 kernels ship .ko, 13 ones .ko.xz)
+    qemu-system-x86 cpio xz-utils zstd
     # the benchmark's QEMU fleecing peer (qemu-storage-daemon)
     qemu-system-common
+    # .ci/run's Debian 13 stage (contrib/debian13.sh)
+    debootstrap git tar
 )
-missing=()
-for p in "${packages[@]}"; do
-    if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
-        missing+=("$p")
+# Optional packages: tests that need them skip without them.  Each is
+# installed on its own, so that a name one release lacks never stops the
+# others.  The libFuzzer runtime's name carries clang's major version
+# (libclang-rt-14-dev on Debian 12, libclang-rt-19-dev on Debian 13): it
+# is chosen after clang is installed.
+optional=(gnuplot-nox valgrind clang)
+
+installed() {
+    dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed$'
+}
+apt_updated=0
+apt_install() {
+    if [ "$apt_updated" = 0 ]; then
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        apt_updated=1
     fi
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends "$@"
+}
+# install_optional PKG: install PKG if the archive has it; say so if not.
+install_optional() {
+    installed "$1" && return 0
+    say "installing optional package $1"
+    apt_install "$1" ||
+        say "optional package $1 is not available here: the tests that need it will be skipped"
+}
+
+missing=()
+for p in "${required[@]}"; do
+    installed "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-        --no-install-recommends "${missing[@]}"
+    apt_install "${missing[@]}"
 else
-    say "all needed packages are installed"
+    say "all required packages are installed"
 fi
+for p in "${optional[@]}"; do
+    install_optional "$p"
+done
+if command -v clang >/dev/null 2>&1; then
+    clang_major=$(clang -dumpversion | cut -d. -f1)
+    install_optional "libclang-rt-$clang_major-dev"
+fi
+[ "$cmd" = deps ] && { say "packages ready"; exit 0; }
 
 # --- build and install ----------------------------------------------------
 say "building in $top"
@@ -105,29 +146,35 @@ count() {
     echo "$total"
 }
 
+# stage NAME COMMAND...: run a make target, record its status and time.
 status=0
-say "make check"
-check_st=0
-make check VERBOSE=1 || check_st=$?
-[ "$check_st" -eq 0 ] || status=1
+declare -A stage_st=() stage_time=()
+stages=()
+stage() {
+    local name=$1 t0=$SECONDS st=0
+    shift
+    say "$name"
+    "$@" || st=$?
+    stage_st[$name]=$st
+    stage_time[$name]=$((SECONDS - t0))
+    stages+=("$name")
+    [ "$st" -eq 0 ] || status=1
+    say "$name: $([ "$st" -eq 0 ] && echo PASS || echo "FAIL (status $st)") in ${stage_time[$name]} s"
+}
 
-say "make check-sanitizers"
-san_st=0
-make check-sanitizers VERBOSE=1 || san_st=$?
-[ "$san_st" -eq 0 ] || status=1
-
-say "make check-guest"
-guest_st=0
-make check-guest VERBOSE=1 || guest_st=$?
-[ "$guest_st" -eq 0 ] || status=1
+stage "make check" make check VERBOSE=1
+if [ "$cmd" = test ]; then
+    stage "make check-sanitizers" make check-sanitizers VERBOSE=1
+fi
+stage "make check-guest" make check-guest VERBOSE=1
 
 logs=(test-suite.log guest-suite.log build-tsan/tree/test-suite.log build-asan/tree/test-suite.log)
 passed=$(count PASS "${logs[@]}")
 failed=$(( $(count FAIL "${logs[@]}") + $(count ERROR "${logs[@]}") + $(count XPASS "${logs[@]}") ))
 skipped=$(count SKIP "${logs[@]}")
-say "make check: $([ $check_st -eq 0 ] && echo PASS || echo "FAIL (status $check_st)")"
-say "make check-sanitizers: $([ $san_st -eq 0 ] && echo PASS || echo "FAIL (status $san_st)")"
-say "make check-guest: $([ $guest_st -eq 0 ] && echo PASS || echo "FAIL (status $guest_st)")"
+for n in "${stages[@]}"; do
+    say "$n: $([ "${stage_st[$n]}" -eq 0 ] && echo PASS || echo "FAIL (status ${stage_st[$n]})") (${stage_time[$n]} s)"
+done
 # A build or harness failure counts even when no test result says so.
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
     failed=1

@@ -1,6 +1,6 @@
 /* snapfg: parsing control requests (see control-protocol.h).  Everything
- * a client sends goes through here first, so it checks every field and
- * rejects anything unexpected with a message.
+ * a client sends goes through here first, so it checks every key against
+ * the command table and rejects anything unexpected with a message.
  */
 
 #include <config.h>
@@ -8,93 +8,113 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdbool.h>
 
 #include "control-protocol.h"
-#include "json.h"
 
-static const struct {
-  const char *name;
-  enum control_cmd cmd;
-} commands[] = {
-  { "status", CONTROL_STATUS },
-  { "list", CONTROL_LIST },
-  { "create", CONTROL_CREATE },
-  { "drop", CONTROL_DROP },
-  { "set-block-size", CONTROL_SET_BLOCK_SIZE },
-  { "merge", CONTROL_MERGE },
-  { "changed", CONTROL_CHANGED },
-  { "stats", CONTROL_STATS },
-};
-
-/* Which keys each command accepts besides "cmd". */
-static bool
-key_allowed (enum control_cmd cmd, const char *key)
+/* "name, cow, store" - the keys cmd takes, for error messages. */
+static void
+list_keys (enum control_cmd cmd, char *buf, size_t len)
 {
-  switch (cmd) {
-  case CONTROL_STATUS:
-    return strcmp (key, "name") == 0;
-  case CONTROL_LIST:
-  case CONTROL_STATS:
-    return false;
-  case CONTROL_CREATE:
-    return strcmp (key, "name") == 0 || strcmp (key, "cow") == 0 ||
-      strcmp (key, "store") == 0 || strcmp (key, "chunk_size") == 0 ||
-      strcmp (key, "cow_size") == 0;
-  case CONTROL_DROP:
-  case CONTROL_MERGE:
-  case CONTROL_CHANGED:
-    return strcmp (key, "name") == 0;
-  case CONTROL_SET_BLOCK_SIZE:
-    return strcmp (key, "block_size") == 0;
+  size_t used = 0;
+
+  buf[0] = '\0';
+  for (size_t i = 0; i < control_nargs && used < len; ++i) {
+    const struct control_arg *a = &control_args[i];
+    int n;
+
+    if (a->cmd != cmd || (a->flags & CONTROL_ARG_LOCAL))
+      continue;
+    n = snprintf (buf + used, len - used, "%s%s", used ? ", " : "", a->key);
+    if (n < 0)
+      break;
+    used += n;
   }
-  return false;
 }
 
 static int
-get_string (const struct json_value *obj, const char *key, bool required,
-            char **out, char *err, size_t err_len)
+check_value (const struct control_arg *a, json_t *v, char *err,
+             size_t err_len)
 {
-  const struct json_value *v = json_get (obj, key);
-
-  if (v == NULL) {
-    if (required) {
-      snprintf (err, err_len, "missing \"%s\"", key);
+  switch (a->type) {
+  case CONTROL_TYPE_STRING:
+  case CONTROL_TYPE_NAME:
+  case CONTROL_TYPE_PATH:
+    if (!json_is_string (v) || json_string_length (v) == 0) {
+      snprintf (err, err_len, "\"%s\" must be a non-empty string", a->key);
+      return -1;
+    }
+    return 0;
+  case CONTROL_TYPE_SIZE:
+    if (!json_is_integer (v) || json_integer_value (v) <= 0) {
+      snprintf (err, err_len, "\"%s\" must be a positive integer (bytes)",
+                a->key);
+      return -1;
+    }
+    return 0;
+  case CONTROL_TYPE_BOOL:
+    if (!json_is_boolean (v)) {
+      snprintf (err, err_len, "\"%s\" must be true or false", a->key);
       return -1;
     }
     return 0;
   }
-  if (v->type != JSON_STRING || v->string[0] == '\0') {
-    snprintf (err, err_len, "\"%s\" must be a non-empty string", key);
-    return -1;
-  }
-  *out = strdup (v->string);
-  if (*out == NULL) {
-    snprintf (err, err_len, "out of memory");
-    return -1;
-  }
-  return 0;
+  snprintf (err, err_len, "\"%s\": unknown type in the command table",
+            a->key);
+  return -1;
 }
 
 static int
-get_size (const struct json_value *obj, const char *key, bool required,
-          uint64_t *out, char *err, size_t err_len)
+check_request (json_t *obj, struct control_request *req, char *err,
+               size_t err_len)
 {
-  const struct json_value *v = json_get (obj, key);
+  json_t *cmd = json_object_get (obj, "cmd");
+  const struct control_command *c;
+  const char *key;
+  json_t *v;
 
-  if (v == NULL) {
-    if (required) {
-      snprintf (err, err_len, "missing \"%s\"", key);
-      return -1;
-    }
-    return 0;
-  }
-  if (v->type != JSON_NUMBER || !v->is_integer || v->integer <= 0) {
-    snprintf (err, err_len, "\"%s\" must be a positive integer (bytes)",
-              key);
+  if (cmd == NULL) {
+    snprintf (err, err_len, "missing \"cmd\" (a string)");
     return -1;
   }
-  *out = v->integer;
+  if (!json_is_string (cmd)) {
+    snprintf (err, err_len, "\"cmd\" must be a string (the command)");
+    return -1;
+  }
+  c = control_command_find (json_string_value (cmd));
+  if (c == NULL) {
+    snprintf (err, err_len, "unknown command \"%.64s\" (see snapfgctl help)",
+              json_string_value (cmd));
+    return -1;
+  }
+
+  json_object_foreach (obj, key, v) {
+    const struct control_arg *a;
+
+    if (strcmp (key, "cmd") == 0)
+      continue;
+    a = control_arg_find (c->cmd, key);
+    if (a == NULL || (a->flags & CONTROL_ARG_LOCAL)) {
+      char keys[256];
+      list_keys (c->cmd, keys, sizeof keys);
+      snprintf (err, err_len, "unexpected \"%.64s\" for command %s (%s%s)",
+                key, c->name, keys[0] ? "it takes: " : "it takes no "
+                "arguments", keys);
+      return -1;
+    }
+    if (check_value (a, v, err, err_len) < 0)
+      return -1;
+  }
+  for (size_t i = 0; i < control_nargs; ++i) {
+    const struct control_arg *a = &control_args[i];
+
+    if (a->cmd == c->cmd && (a->flags & CONTROL_ARG_REQUIRED) &&
+        json_object_get (obj, a->key) == NULL) {
+      snprintf (err, err_len, "missing \"%s\" for command %s", a->key,
+                c->name);
+      return -1;
+    }
+  }
+  req->command = c;
   return 0;
 }
 
@@ -103,11 +123,8 @@ control_parse_request (const char *line, size_t len,
                        struct control_request *req, char *err,
                        size_t err_len)
 {
-  struct json_value *v;
-  const char *cmd;
-  bool found = false;
-  bool required_name;
-  int r = -1;
+  json_error_t jerr;
+  json_t *obj;
 
   memset (req, 0, sizeof *req);
   if (len > CONTROL_MAX_LINE) {
@@ -118,71 +135,54 @@ control_parse_request (const char *line, size_t len,
     snprintf (err, err_len, "NUL byte in request");
     return -1;
   }
-  v = json_parse (line, len, err, err_len);
-  if (v == NULL) {
-    char why[128];
-    snprintf (why, sizeof why, "%s", err);
-    snprintf (err, err_len, "not a JSON request: %s", why);
+  /* JSON_DECODE_ANY: a string or number is answered with "must be an
+   * object" below rather than with jansson's less helpful message.
+   */
+  obj = json_loadb (line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+                    &jerr);
+  if (obj == NULL) {
+    snprintf (err, err_len, "not a JSON request: %.150s (at byte %d)",
+              jerr.text, jerr.position);
     return -1;
   }
-  if (v->type != JSON_OBJECT) {
-    snprintf (err, err_len, "a request must be a JSON object");
-    goto out;
+  if (!json_is_object (obj)) {
+    snprintf (err, err_len, "a request must be a JSON object, "
+              "e.g. {\"cmd\":\"status\"}");
+    json_decref (obj);
+    return -1;
   }
-  cmd = json_get_string (v, "cmd");
-  if (cmd == NULL) {
-    snprintf (err, err_len, "missing \"cmd\" (a string)");
-    goto out;
+  if (check_request (obj, req, err, err_len) < 0) {
+    json_decref (obj);
+    memset (req, 0, sizeof *req);
+    return -1;
   }
-  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; ++i) {
-    if (strcmp (cmd, commands[i].name) == 0) {
-      req->cmd = commands[i].cmd;
-      found = true;
-    }
-  }
-  if (!found) {
-    snprintf (err, err_len, "unknown command \"%.64s\"", cmd);
-    goto out;
-  }
-  for (size_t i = 0; i < v->count; ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (strcmp (v->keys[i], v->keys[j]) == 0) {
-        snprintf (err, err_len, "\"%.64s\" given twice", v->keys[i]);
-        goto out;
-      }
-    }
-    if (strcmp (v->keys[i], "cmd") != 0 && !key_allowed (req->cmd, v->keys[i])) {
-      snprintf (err, err_len, "unexpected \"%.64s\" for command %s",
-                v->keys[i], cmd);
-      goto out;
-    }
-  }
-
-  required_name = req->cmd == CONTROL_CREATE || req->cmd == CONTROL_DROP ||
-    req->cmd == CONTROL_MERGE || req->cmd == CONTROL_CHANGED;
-  if (get_string (v, "name", required_name, &req->name, err, err_len) < 0 ||
-      get_string (v, "cow", req->cmd == CONTROL_CREATE, &req->cow,
-                  err, err_len) < 0 ||
-      get_string (v, "store", false, &req->store, err, err_len) < 0 ||
-      get_size (v, "chunk_size", false, &req->chunk_size, err, err_len) < 0 ||
-      get_size (v, "cow_size", false, &req->cow_size, err, err_len) < 0 ||
-      get_size (v, "block_size", req->cmd == CONTROL_SET_BLOCK_SIZE,
-                &req->block_size, err, err_len) < 0)
-    goto out;
-  r = 0;
-
- out:
-  json_free (v);
-  if (r < 0)
-    control_request_free (req);
-  return r;
+  req->json = obj;
+  return 0;
 }
 
 void
 control_request_free (struct control_request *req)
 {
-  free (req->name);
-  free (req->cow);
-  free (req->store);
+  json_decref (req->json);
   memset (req, 0, sizeof *req);
+}
+
+const char *
+control_arg_string (const struct control_request *req, const char *key)
+{
+  return json_string_value (json_object_get (req->json, key));
+}
+
+uint64_t
+control_arg_size (const struct control_request *req, const char *key)
+{
+  json_t *v = json_object_get (req->json, key);
+
+  return json_is_integer (v) ? (uint64_t) json_integer_value (v) : 0;
+}
+
+bool
+control_arg_bool (const struct control_request *req, const char *key)
+{
+  return json_is_true (json_object_get (req->json, key));
 }

@@ -1,4 +1,7 @@
-/* snapfg: the control socket server (see control-server.h). */
+/* snapfg: the control socket server (see control-server.h): the
+ * socket, its clients and their line framing, and the bound on each
+ * client's queued replies.  What a request does is control-handlers.c's.
+ */
 
 #include <config.h>
 
@@ -17,8 +20,7 @@
 
 #include "control-server.h"
 #include "control-protocol.h"
-#include "device.h"
-#include "json.h"
+#include "control-handlers.h"
 #include "snapfg-log.h"
 
 struct control_server {
@@ -31,19 +33,6 @@ struct control_server {
   pthread_t thread;
   bool started;
   struct client *clients;       /* all open clients, to close at the end */
-};
-
-struct client {
-  ev_io io;                     /* first: the callback casts back */
-  struct control_server *srv;
-  struct client *next, **pprev;
-  int fd;
-  char in[CONTROL_MAX_LINE + 2];  /* a full line, '\r' or '\n' included */
-  size_t in_len;
-  bool discarding;              /* skipping the rest of an overlong line */
-  struct json_buf out;
-  size_t out_off;
-  bool close_after_write;
 };
 
 /* --- socket setup --- */
@@ -102,8 +91,11 @@ control_server_open (struct snapfg_engine *e, const char *path,
     close (fd);
     return r;
   }
-  /* Mode 0600 before anyone can connect (connecting needs listen). */
-  if (chmod (path, 0600) == -1 || listen (fd, 16) == -1) {
+  /* Mode 0600 before anyone can connect (connecting needs listen).  A
+   * full backlog makes a non-blocking connect fail with EAGAIN: take as
+   * many as the system allows, so that a burst of clients is served.
+   */
+  if (chmod (path, 0600) == -1 || listen (fd, SOMAXCONN) == -1) {
     r = -errno;
     snapfg_error ("control=%s: %m", path);
     close (fd);
@@ -124,288 +116,30 @@ control_server_open (struct snapfg_engine *e, const char *path,
   return 0;
 }
 
-/* --- replies --- */
-
-static void
-reply_error (struct json_buf *out, const char *msg)
-{
-  json_raw (out, "{\"ok\":false,\"error\":");
-  json_string (out, msg);
-  json_raw (out, "}\n");
-}
-
-static void
-append_snapshot (struct json_buf *out, struct snapfg_snapshot *s)
-{
-  struct snapfg_snapshot_info info;
-
-  snapfg_snapshot_info (s, &info);
-  json_raw (out, "{");
-  json_key (out, "name", true);
-  json_string (out, info.name);
-  json_key (out, "export", false);
-  json_string (out, info.name);
-  json_key (out, "state", false);
-  json_string (out, info.state);
-  json_key (out, "status", false);
-  json_string (out, info.status);
-  json_key (out, "store", false);
-  json_string (out, info.store);
-  json_key (out, "cow", false);
-  json_string (out, info.cow_path);
-  json_key (out, "chunk_size", false);
-  json_printf (out, "%" PRIu32, info.chunk_size);
-  json_key (out, "exceptions", false);
-  json_printf (out, "%" PRIu64, info.exceptions);
-  json_key (out, "connections", false);
-  json_printf (out, "%d", info.connections);
-  if (info.merge_total) {
-    json_key (out, "merge_done", false);
-    json_printf (out, "%" PRIu64, info.merge_done);
-    json_key (out, "merge_total", false);
-    json_printf (out, "%" PRIu64, info.merge_total);
-  }
-  json_raw (out, "}");
-}
-
-static void
-do_status (struct control_server *srv, const struct control_request *req,
-           struct json_buf *out)
-{
-  struct snapfg_engine *e = srv->e;
-  struct snapfg_view_stats vs;
-  struct snapfg_snapshot *s;
-  bool first = true;
-
-  if (req->name) {
-    s = snapfg_snapshot_get (e, req->name);
-    if (s == NULL) {
-      char msg[256];
-      snprintf (msg, sizeof msg, "status: no snapshot named \"%s\"",
-                req->name);
-      reply_error (out, msg);
-      return;
-    }
-    json_raw (out, "{\"ok\":true,\"snapshots\":[");
-    append_snapshot (out, s);
-    json_raw (out, "]}\n");
-    snapfg_snapshot_put (s);
-    return;
-  }
-
-  snapfg_view_stats (e, NULL, &vs);
-  json_raw (out, "{\"ok\":true,\"origin\":{");
-  json_key (out, "export", true);
-  json_string (out, "origin");
-  json_key (out, "path", false);
-  json_string (out, snapfg_origin_path (e));
-  json_key (out, "size", false);
-  json_printf (out, "%" PRIu64, snapfg_size (e));
-  json_key (out, "block_size", false);
-  json_printf (out, "%" PRIu32, snapfg_block_size (e));
-  json_key (out, "connections", false);
-  json_printf (out, "%d", vs.requests.connections);
-  json_raw (out, "},\"snapshots\":[");
-  for (size_t i = 0; (s = snapfg_snapshot_get_nth (e, i)) != NULL; ++i) {
-    if (!first)
-      json_raw (out, ",");
-    first = false;
-    append_snapshot (out, s);
-    snapfg_snapshot_put (s);
-  }
-  json_raw (out, "]}\n");
-}
-
-static void
-append_stats (struct json_buf *out, const char *name,
-              const struct snapfg_view_stats *vs)
-{
-  const uint64_t *c = vs->requests.counter;
-
-  json_raw (out, "{");
-  json_key (out, "export", true);
-  json_string (out, name);
-  json_key (out, "connections", false);
-  json_printf (out, "%d", vs->requests.connections);
-  json_key (out, "requests", false);
-  json_printf (out, "%" PRIu64, c[STAT_REQUESTS]);
-  json_key (out, "errors", false);
-  json_printf (out, "%" PRIu64, c[STAT_ERRORS]);
-  json_key (out, "bytes_read", false);
-  json_printf (out, "%" PRIu64, c[STAT_BYTES_READ]);
-  json_key (out, "bytes_written", false);
-  json_printf (out, "%" PRIu64, c[STAT_BYTES_WRITTEN]);
-  json_key (out, "copy_outs", false);
-  json_printf (out, "%" PRIu64, c[STAT_COPY_OUTS]);
-  json_key (out, "bytes_copied", false);
-  json_printf (out, "%" PRIu64, c[STAT_BYTES_COPIED]);
-  json_key (out, "exceptions", false);
-  json_printf (out, "%" PRIu64, vs->exceptions);
-  json_key (out, "pending_waits", false);
-  json_printf (out, "%" PRIu64, c[STAT_PENDING_WAITS]);
-  json_key (out, "lock_contention", false);
-  json_printf (out, "%" PRIu64, vs->lock_contention);
-  json_key (out, "latency_p50_us", false);
-  json_printf (out, "%.1f", vs->requests.latency_p50_ns / 1000.0);
-  json_key (out, "latency_p99_us", false);
-  json_printf (out, "%.1f", vs->requests.latency_p99_ns / 1000.0);
-  json_raw (out, "}");
-}
-
-static void
-do_stats (struct control_server *srv, struct json_buf *out)
-{
-  struct snapfg_view_stats vs;
-  struct snapfg_snapshot *s;
-
-  snapfg_view_stats (srv->e, NULL, &vs);
-  json_raw (out, "{\"ok\":true,\"exports\":[");
-  append_stats (out, "origin", &vs);
-  for (size_t i = 0; (s = snapfg_snapshot_get_nth (srv->e, i)) != NULL; ++i) {
-    snapfg_view_stats (srv->e, s, &vs);
-    json_raw (out, ",");
-    append_stats (out, snapfg_snapshot_name (s), &vs);
-    snapfg_snapshot_put (s);
-  }
-  json_raw (out, "]}\n");
-}
-
-struct changed_state {
-  struct json_buf *out;
-  bool first;
-  uint64_t bytes;
-};
-
-static int
-append_range (void *opaque, uint64_t offset, uint64_t length)
-{
-  struct changed_state *cs = opaque;
-
-  json_printf (cs->out, "%s{\"offset\":%" PRIu64 ",\"length\":%" PRIu64 "}",
-               cs->first ? "" : ",", offset, length);
-  cs->first = false;
-  cs->bytes += length;
-  return 0;
-}
-
-/* Engine errors have been logged with the details; the reply carries the
- * same message, captured here.
- */
-static __thread char last_error[512];
-
-static void
-capture_error (const char *fmt, va_list args)
-{
-  vsnprintf (last_error, sizeof last_error, fmt, args);
-}
-
-static void
-reply_engine_error (struct json_buf *out, int r)
-{
-  reply_error (out, last_error[0] ? last_error : strerror (-r));
-}
-
-static void
-do_changed (struct control_server *srv, const struct control_request *req,
-            struct json_buf *out)
-{
-  struct snapfg_snapshot *s = snapfg_snapshot_get (srv->e, req->name);
-  struct changed_state cs = { .out = out, .first = true };
-  struct json_buf ranges = { 0 };
-  char msg[256];
-  int r;
-
-  if (s == NULL) {
-    snprintf (msg, sizeof msg, "changed: no snapshot named \"%s\"",
-              req->name);
-    reply_error (out, msg);
-    return;
-  }
-  cs.out = &ranges;
-  r = snapfg_snapshot_changed (s, append_range, &cs);
-  if (r < 0 && last_error[0])
-    reply_error (out, last_error);      /* the engine said why */
-  else if (r < 0) {
-    snprintf (msg, sizeof msg, "changed %s: %s", req->name, strerror (-r));
-    reply_error (out, msg);
-  }
-  else {
-    json_raw (out, "{\"ok\":true,\"name\":");
-    json_string (out, req->name);
-    json_printf (out, ",\"bytes\":%" PRIu64 ",\"ranges\":[", cs.bytes);
-    json_raw (out, ranges.data ? ranges.data : "");
-    json_raw (out, "]}\n");
-  }
-  json_buf_free (&ranges);
-  snapfg_snapshot_put (s);
-}
-
-static void
-execute (struct control_server *srv, const struct control_request *req,
-         struct json_buf *out)
-{
-  struct snapfg_engine *e = srv->e;
-  int r;
-
-  last_error[0] = '\0';
-  switch (req->cmd) {
-  case CONTROL_STATUS:
-  case CONTROL_LIST:
-    do_status (srv, req, out);
-    return;
-  case CONTROL_STATS:
-    do_stats (srv, out);
-    return;
-  case CONTROL_CHANGED:
-    do_changed (srv, req, out);
-    return;
-  case CONTROL_CREATE: {
-    struct snapfg_snapshot_options o = {
-      .name = req->name,
-      .cow_path = req->cow,
-      .store_type = req->store,
-      .chunk_size = req->chunk_size,
-      .cow_size = req->cow_size,
-    };
-    if (req->chunk_size > UINT32_MAX) {
-      reply_error (out, "chunk_size: must be between 512 and 1M");
-      return;
-    }
-    if (req->cow[0] != '/' && !device_is_uri (req->cow)) {
-      /* The server's working directory is "/", not the client's. */
-      reply_error (out, "cow: the path must be absolute (or an NBD URI)");
-      return;
-    }
-    r = snapfg_snapshot_create (e, &o);
-    break;
-  }
-  case CONTROL_DROP:
-    r = snapfg_snapshot_drop (e, req->name);
-    break;
-  case CONTROL_SET_BLOCK_SIZE:
-    if (req->block_size > UINT32_MAX) {
-      char msg[128];
-      snprintf (msg, sizeof msg, "block size %" PRIu64 ": must be 512 or "
-                "4096", req->block_size);
-      reply_error (out, msg);
-      return;
-    }
-    r = snapfg_set_block_size (e, req->block_size);
-    break;
-  case CONTROL_MERGE:
-    r = snapfg_snapshot_merge (e, req->name);
-    break;
-  default:
-    reply_error (out, "unknown command");
-    return;
-  }
-  if (r < 0)
-    reply_engine_error (out, r);
-  else
-    json_raw (out, "{\"ok\":true}\n");
-}
-
 /* --- clients --- */
+
+/* Replies queued for one client before the server stops reading its
+ * requests: a client that sends requests and never reads the replies
+ * then only fills its socket buffers, not the server's memory.  (One
+ * reply is always queued whole, so a client's queue is at most this
+ * plus its largest reply.)
+ */
+#define CONTROL_MAX_QUEUED (256 * 1024)
+
+struct client {
+  ev_io io;                     /* first: the callback casts back */
+  struct control_server *srv;
+  struct client *next, **pprev;
+  int fd;
+  struct control_peer peer;     /* SO_PEERCRED, for the log */
+  int events;                   /* what io watches */
+  char in[CONTROL_MAX_LINE + 2];  /* a full line, '\r' or '\n' included */
+  size_t in_len;
+  bool discarding;              /* skipping the rest of an overlong line */
+  bool done_reading;            /* EOF, or a refused client */
+  char *out;                    /* replies not yet written: out[off, len) */
+  size_t out_off, out_len, out_cap;
+};
 
 static void client_cb (struct ev_loop *loop, ev_io *w, int revents);
 
@@ -417,24 +151,47 @@ client_close (struct client *c)
   *c->pprev = c->next;
   if (c->next)
     c->next->pprev = c->pprev;
-  json_buf_free (&c->out);
+  free (c->out);
   free (c);
 }
 
-static void
-want_write (struct client *c)
+static size_t
+queued (const struct client *c)
 {
-  ev_io_stop (c->srv->loop, &c->io);
-  ev_io_set (&c->io, c->fd, EV_READ | EV_WRITE);
-  ev_io_start (c->srv->loop, &c->io);
+  return c->out_len - c->out_off;
 }
 
+/* Queue a reply line (taking it), or an error if it could not be made. */
 static void
-want_write_only (struct client *c)
+queue_reply (struct client *c, char *line)
 {
-  ev_io_stop (c->srv->loop, &c->io);
-  ev_io_set (&c->io, c->fd, EV_WRITE);
-  ev_io_start (c->srv->loop, &c->io);
+  static const char oom[] = "{\"ok\":false,\"error\":\"out of memory\"}\n";
+  const char *text = line ? line : oom;
+  size_t len = strlen (text);
+
+  if (c->out_off > 0) {         /* keep the queue at the buffer's start */
+    memmove (c->out, c->out + c->out_off, queued (c));
+    c->out_len -= c->out_off;
+    c->out_off = 0;
+  }
+  if (c->out_len + len > c->out_cap) {
+    size_t cap = c->out_cap ? c->out_cap : 4096;
+    char *p;
+
+    while (cap < c->out_len + len)
+      cap *= 2;
+    p = realloc (c->out, cap);
+    if (p == NULL) {
+      /* Nothing sensible to say: the client loses this reply. */
+      free (line);
+      return;
+    }
+    c->out = p;
+    c->out_cap = cap;
+  }
+  memcpy (c->out + c->out_len, text, len);
+  c->out_len += len;
+  free (line);
 }
 
 static void
@@ -444,92 +201,123 @@ handle_line (struct client *c, const char *line, size_t len)
   char err[256];
 
   if (control_parse_request (line, len, &req, err, sizeof err) < 0) {
-    snapfg_debug ("control: bad request: %s", err);
-    reply_error (&c->out, err);
+    /* The client's mistake, not the server's: a debug message. */
+    snapfg_debug ("control: pid %d uid %d: bad request: %s",
+                  (int) c->peer.pid, (int) c->peer.uid, err);
+    queue_reply (c, control_error_reply (err));
     return;
   }
-  /* The engine logs its errors; capture_error copies them into replies. */
-  execute (c->srv, &req, &c->out);
+  queue_reply (c, control_execute (c->srv->e, &req, &c->peer));
   control_request_free (&req);
+}
+
+/* Answer the complete lines received so far, while the queue has room. */
+static void
+process_lines (struct client *c)
+{
+  char *nl;
+
+  while (queued (c) < CONTROL_MAX_QUEUED) {
+    nl = memchr (c->in, '\n', c->in_len);
+    if (nl == NULL) {
+      if (c->in_len == sizeof c->in) {
+        /* No newline within the bound: refuse it and skip to the next. */
+        if (!c->discarding) {
+          char msg[128];
+          snprintf (msg, sizeof msg, "request longer than %d bytes",
+                    CONTROL_MAX_LINE);
+          snapfg_debug ("control: pid %d uid %d: %s", (int) c->peer.pid,
+                        (int) c->peer.uid, msg);
+          queue_reply (c, control_error_reply (msg));
+        }
+        c->discarding = true;
+        c->in_len = 0;
+      }
+      return;
+    }
+    size_t len = nl - c->in;
+    if (c->discarding)
+      c->discarding = false;    /* the end of the overlong line */
+    else
+      handle_line (c, c->in, len > 0 && c->in[len - 1] == '\r'
+                   ? len - 1 : len);
+    memmove (c->in, nl + 1, c->in_len - len - 1);
+    c->in_len -= len + 1;
+  }
+}
+
+/* Watch what there is to do; close the client when nothing is left.
+ * Returns false if c is gone.
+ */
+static bool
+client_update (struct client *c)
+{
+  int events = 0;
+
+  if (!c->done_reading && queued (c) < CONTROL_MAX_QUEUED)
+    events |= EV_READ;
+  if (queued (c) > 0)
+    events |= EV_WRITE;
+  if (events == 0) {
+    /* Done reading and every reply delivered (a line cut off by the
+     * client's EOF is dropped).
+     */
+    client_close (c);
+    return false;
+  }
+  if (events != c->events) {
+    ev_io_stop (c->srv->loop, &c->io);
+    ev_io_set (&c->io, c->fd, events);
+    ev_io_start (c->srv->loop, &c->io);
+    c->events = events;
+  }
+  return true;
 }
 
 static void
 client_read (struct client *c)
 {
-  for (;;) {
-    ssize_t n = read (c->fd, c->in + c->in_len, sizeof c->in - c->in_len);
-    char *nl;
+  ssize_t n = read (c->fd, c->in + c->in_len, sizeof c->in - c->in_len);
 
-    if (n == 0) {
-      /* The client is done sending (it may have hung up mid-line: that
-       * part is dropped).  Deliver any replies still queued, then close.
-       */
-      if (c->out.len > c->out_off) {
-        c->close_after_write = true;
-        want_write_only (c);
-      }
-      else
-        client_close (c);
-      return;
-    }
-    if (n == -1) {
-      if (errno == EAGAIN || errno == EINTR)
-        break;
+  if (n == 0)
+    c->done_reading = true;     /* answer what came, then close */
+  else if (n == -1) {
+    if (errno != EAGAIN && errno != EINTR) {
       client_close (c);
       return;
     }
-    c->in_len += n;
-
-    while ((nl = memchr (c->in, '\n', c->in_len)) != NULL) {
-      size_t len = nl - c->in;
-
-      if (c->discarding)
-        c->discarding = false;  /* the end of the overlong line */
-      else
-        handle_line (c, c->in, len > 0 && c->in[len - 1] == '\r'
-                     ? len - 1 : len);
-      memmove (c->in, nl + 1, c->in_len - len - 1);
-      c->in_len -= len + 1;
-    }
-    if (c->in_len == sizeof c->in) {
-      /* No newline within the bound: refuse it and skip to the next. */
-      if (!c->discarding) {
-        char msg[128];
-        snprintf (msg, sizeof msg, "request longer than %d bytes",
-                  CONTROL_MAX_LINE);
-        snapfg_debug ("control: %s", msg);
-        reply_error (&c->out, msg);
-      }
-      c->discarding = true;
-      c->in_len = 0;
-    }
   }
-  if (c->out.len > c->out_off)
-    want_write (c);
+  else
+    c->in_len += n;
+  process_lines (c);
+  client_update (c);
 }
 
 static void
 client_write (struct client *c)
 {
-  while (c->out_off < c->out.len) {
-    ssize_t n = write (c->fd, c->out.data + c->out_off,
-                       c->out.len - c->out_off);
+  while (queued (c) > 0) {
+    ssize_t n = write (c->fd, c->out + c->out_off, queued (c));
     if (n == -1) {
       if (errno == EAGAIN || errno == EINTR)
-        return;
+        break;
       client_close (c);         /* gone; nothing more to say */
       return;
     }
     c->out_off += n;
   }
-  c->out.len = c->out_off = 0;
-  if (c->close_after_write) {
-    client_close (c);
-    return;
+  if (queued (c) == 0) {
+    c->out_off = c->out_len = 0;
+    if (c->out_cap > 4 * CONTROL_MAX_QUEUED) {
+      /* A huge reply went out: give its memory back. */
+      free (c->out);
+      c->out = NULL;
+      c->out_cap = 0;
+    }
   }
-  ev_io_stop (c->srv->loop, &c->io);
-  ev_io_set (&c->io, c->fd, EV_READ);
-  ev_io_start (c->srv->loop, &c->io);
+  /* Room again: the requests held back meanwhile. */
+  process_lines (c);
+  client_update (c);
 }
 
 static void
@@ -546,17 +334,12 @@ client_cb (struct ev_loop *loop, ev_io *w, int revents)
 }
 
 static void
-accept_cb (struct ev_loop *loop, ev_io *w, int revents)
+accept_one (struct control_server *srv, int fd)
 {
-  struct control_server *srv = w->data;
-  struct ucred cred;
+  struct ucred cred = { .pid = 0 };
   socklen_t len = sizeof cred;
   struct client *c;
-  int fd;
 
-  fd = accept4 (srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd == -1)
-    return;
   c = calloc (1, sizeof *c);
   if (c == NULL) {
     close (fd);
@@ -569,18 +352,37 @@ accept_cb (struct ev_loop *loop, ev_io *w, int revents)
     c->next->pprev = &c->next;
   c->pprev = &srv->clients;
   srv->clients = c;
-  ev_io_init (&c->io, client_cb, fd, EV_READ);
-  ev_io_start (loop, &c->io);
+  ev_io_init (&c->io, client_cb, fd, 0);
 
   if (getsockopt (fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1 ||
       cred.uid != geteuid ()) {
-    snapfg_error ("control=%s: refused a client with uid %d (only uid %d "
-                  "may use this socket)", srv->path, (int) cred.uid,
-                  (int) geteuid ());
-    reply_error (&c->out, "permission denied: only the server's owner may "
-                 "use this socket");
-    c->close_after_write = true;
-    want_write (c);
+    control_log_error ("control=%s: refused a client with uid %d (only uid "
+                       "%d may use this socket)", srv->path, (int) cred.uid,
+                       (int) geteuid ());
+    queue_reply (c, control_error_reply ("permission denied: only the "
+                                         "server's owner may use this "
+                                         "socket"));
+    c->done_reading = true;
+  }
+  c->peer.pid = cred.pid;
+  c->peer.uid = cred.uid;
+  client_update (c);
+}
+
+static void
+accept_cb (struct ev_loop *loop, ev_io *w, int revents)
+{
+  struct control_server *srv = w->data;
+
+  /* A burst of clients is taken in one go (up to a bound, so that the
+   * clients already connected are not starved).
+   */
+  for (int i = 0; i < 64; ++i) {
+    int fd = accept4 (srv->listen_fd, NULL, NULL,
+                      SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd == -1)
+      return;
+    accept_one (srv, fd);
   }
 }
 
@@ -595,7 +397,7 @@ server_thread (void *arg)
 {
   struct control_server *srv = arg;
 
-  snapfg_set_thread_error_hook (capture_error);
+  control_handlers_thread_init ();
   ev_run (srv->loop, 0);
   while (srv->clients)
     client_close (srv->clients);

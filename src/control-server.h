@@ -2,7 +2,9 @@
  *
  * A Unix socket, mode 0600, served by a libev event loop on its own
  * thread.  Only the socket's owner (SO_PEERCRED) may use it.  Requests
- * and replies follow control-protocol.h.
+ * and replies follow control-protocol.h; each request is run by
+ * control_execute (control-handlers.h).  A client that does not read its
+ * replies is not read from either once 256 KiB of them are queued.
  */
 #ifndef SNAPFG_CONTROL_SERVER_H
 #define SNAPFG_CONTROL_SERVER_H

@@ -33,8 +33,9 @@ struct dm_header {
   uint32_t version;
   uint32_t chunk_sectors;
   /* snapfg's own mark, in the header chunk after dm's 16 bytes (which
-   * the kernel neither reads nor clears): a merge back into the origin
-   * is in progress and resumes on restart.
+   * the kernel does not read; it clears them only when it invalidates
+   * the store): a merge back into the origin is in progress and resumes
+   * on restart.
    */
   bool snapfg_merging;
 };

@@ -54,6 +54,12 @@ struct snapfg_snapshot {
   atomic_int state;            /* enum snapshot_state */
   atomic_bool overflow;        /* a snapshot write found the store full */
   atomic_int refs;             /* the engine's list, and each connection */
+  bool owned_cow;              /* the COW is in the state directory: ours */
+  /* Every snapshot whose store is open, listed or dropped but still
+   * referenced (engine_live_lock): no file is reused while any of them
+   * holds it.
+   */
+  struct snapfg_snapshot *live_next, **live_prevp;
 
   /* Merging (merge.c). */
   pthread_mutex_t merge_lock;  /* the merge thread's life */
@@ -72,6 +78,7 @@ struct snapfg_engine {
   uint32_t block_size;
   struct snapfg_snapshot **snapshots;
   size_t nsnapshots;
+  unsigned max_snapshots;       /* max-snapshots= */
   uint32_t min_chunk_size;     /* origin requests split at this size */
   struct snapfg_snapshot *merging;  /* being merged: origin I/O is routed */
 
@@ -88,6 +95,9 @@ struct snapfg_engine {
    * 'size'): each new size is logged once, not per request.
    */
   atomic_uint_least64_t origin_size_seen;
+
+  struct catalogue *catalogue; /* state=, or NULL (lifecycle.c) */
+  struct snapfg_snapshot *live;  /* under engine_live_lock */
   struct snapfg_stats stats;   /* the origin export's requests */
   enum snapfg_locking locking;
 
@@ -147,6 +157,38 @@ extern void merge_stop_thread (struct snapfg_snapshot *s);
  */
 extern bool engine_origin_shrunk (struct snapfg_engine *e, int r,
                                   uint64_t end);
+
+/* Protects every engine's live list (a process has one engine; a
+ * snapshot may outlive it by a connection's reference).
+ */
+extern pthread_mutex_t engine_live_lock;
+
+/* lifecycle.c: the snapshot s has left the engine's list ("dropped" or
+ * "merged"): mark its store, tell the catalogue, remove a COW file of
+ * the state directory.
+ */
+extern void lifecycle_forget (struct snapfg_engine *e,
+                              struct snapfg_snapshot *s, const char *event);
+/* lifecycle.c: record a new snapshot in the catalogue (if any); called
+ * with the geometry write side held, just before it is published.
+ */
+extern int lifecycle_record (struct snapfg_engine *e,
+                             struct snapfg_snapshot *s,
+                             const struct snapfg_snapshot_options *o,
+                             const char *store_type);
+/* lifecycle.c: the catalogue (if any) records that s is being merged. */
+extern int lifecycle_merging (struct snapfg_engine *e,
+                              struct snapfg_snapshot *s);
+/* lifecycle.c: may path become a new COW store?  Refuses (saying why)
+ * this server's own sockets and files still held by any snapshot,
+ * dropped ones included.
+ */
+extern int lifecycle_check_cow (struct snapfg_engine *e, const char *path);
+/* merge.c: mark a snapshot as merging (store mark, catalogue, origin
+ * routing) with the geometry write side held; NULL or a problem.
+ */
+extern const char *merge_prepare_locked (struct snapfg_engine *e,
+                                         struct snapfg_snapshot *s, int *r);
 
 /* Die here if the test hook asks for it. */
 extern void engine_fault_point (struct snapfg_engine *e,

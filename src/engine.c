@@ -15,6 +15,9 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "catalogue.h"
+#include "file-lock.h"
+#include "store-binding.h"
 #include "snapfg-log.h"
 
 const char *
@@ -105,6 +108,8 @@ snapfg_engine_open (const struct snapfg_options *opts,
   e->locking = opts->locking;
   e->block_size = opts->block_size ? opts->block_size
     : SNAPFG_DEFAULT_BLOCK_SIZE;
+  e->max_snapshots = opts->max_snapshots ? opts->max_snapshots
+    : SNAPFG_DEFAULT_MAX_SNAPSHOTS;
 
   r = device_open (&e->origin, opts->origin_path, false);
   if (r == -EACCES || r == -EROFS || r == -EPERM) {
@@ -120,6 +125,26 @@ snapfg_engine_open (const struct snapfg_options *opts,
     snapfg_error ("origin=%s: cannot open: %s",
                   opts->origin_path, device_strerror (r));
     goto err_free;
+  }
+  /* Locked while we serve it: a second server, or a program such as
+   * QEMU that locks its images, on the same origin is refused.  A
+   * read-only origin takes a shared lock: several readers are fine, a
+   * writer is not (as with a shared activation in LVM).  An NBD export
+   * cannot be locked.
+   */
+  if (!e->origin.is_nbd) {
+    r = file_lock (e->origin.fd, !e->origin.readonly);
+    if (r < 0) {
+      if (r == -EAGAIN)
+        snapfg_error ("origin=%s: is in use (locked by another snapfg "
+                      "server, or a program such as QEMU); stop it first",
+                      opts->origin_path);
+      else
+        snapfg_error ("origin=%s: cannot lock it: %s", opts->origin_path,
+                      strerror (-r));
+      r = r == -EAGAIN ? -EBUSY : r;
+      goto err_close;
+    }
   }
   if (e->origin.size == 0) {
     snapfg_error ("origin=%s: is empty (size 0)", opts->origin_path);
@@ -173,9 +198,39 @@ snapfg_engine_open (const struct snapfg_options *opts,
   return r;
 }
 
+pthread_mutex_t engine_live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+live_remove (struct snapfg_snapshot *s)
+{
+  pthread_mutex_lock (&engine_live_lock);
+  if (s->live_prevp) {
+    *s->live_prevp = s->live_next;
+    if (s->live_next)
+      s->live_next->live_prevp = s->live_prevp;
+    s->live_prevp = NULL;
+  }
+  pthread_mutex_unlock (&engine_live_lock);
+}
+
+static void
+live_insert (struct snapfg_snapshot *s)
+{
+  struct snapfg_engine *e = s->engine;
+
+  pthread_mutex_lock (&engine_live_lock);
+  s->live_next = e->live;
+  if (e->live)
+    e->live->live_prevp = &s->live_next;
+  e->live = s;
+  s->live_prevp = &e->live;
+  pthread_mutex_unlock (&engine_live_lock);
+}
+
 static void
 snapshot_free (struct snapfg_snapshot *s, bool clean)
 {
+  live_remove (s);
   if (s->store)
     s->store->ops->close (s->store, clean);
   if (s->table.stripes)
@@ -209,11 +264,22 @@ snapfg_engine_close (struct snapfg_engine *e)
     struct snapfg_snapshot *s = e->snapshots[i];
 
     atomic_store (&s->state, SNAPSHOT_DROPPED);
+    live_remove (s);
     s->store->ops->close (s->store, true);
     s->store = NULL;
     snapfg_snapshot_put (s);
   }
   free (e->snapshots);
+  /* Dropped snapshots that connections still hold outlive the engine:
+   * take them off its list now.
+   */
+  pthread_mutex_lock (&engine_live_lock);
+  while (e->live) {
+    struct snapfg_snapshot *s = e->live;
+    e->live = s->live_next;
+    s->live_prevp = NULL;
+  }
+  pthread_mutex_unlock (&engine_live_lock);
   stats_destroy (&e->stats);
   pthread_cond_destroy (&e->merge_threads_done);
   pthread_mutex_destroy (&e->merge_threads_lock);
@@ -283,10 +349,88 @@ load_exception (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
   return exception_table_insert (&s->table, old_chunk, new_chunk);
 }
 
+static void
+too_many_snapshots (struct snapfg_engine *e, const char *name)
+{
+  snapfg_error ("snapshot \"%s\": the origin already has %u snapshots, the "
+                "maximum (max-snapshots=%u); drop one first, or restart the "
+                "server with a larger max-snapshots=", name,
+                e->max_snapshots, e->max_snapshots);
+}
+
+static int snapshot_create (struct snapfg_engine *e,
+                            const struct snapfg_snapshot_options *o);
+
+static bool
+catalogue_knows (void *opaque, const char *uuid)
+{
+  struct snapfg_engine *e = opaque;
+  struct catalogue_snapshot *list;
+  size_t n;
+  bool known = false;
+
+  if (e->catalogue == NULL ||
+      catalogue_snapshots (e->catalogue, &list, &n) < 0)
+    return false;
+  for (size_t i = 0; i < n; ++i)
+    if (strcmp (list[i].uuid, uuid) == 0)
+      known = true;
+  catalogue_snapshots_free (list, n);
+  return known;
+}
+
 int
 snapfg_snapshot_create (struct snapfg_engine *e,
                         const struct snapfg_snapshot_options *o)
 {
+  const char *problem = snapfg_check_snapshot_name (o->name);
+  int r;
+
+  if (problem) {
+    char printable[128];
+    snapfg_printable_name (o->name, printable, sizeof printable);
+    snapfg_error ("snapshot name \"%s\": %s", printable, problem);
+    return -EINVAL;
+  }
+  /* Without a COW path the catalogue's state directory holds it. */
+  if (o->cow_path == NULL) {
+    struct snapfg_snapshot_options own = *o;
+    char *path;
+
+    if (e->catalogue == NULL) {
+      snapfg_error ("create %s: no COW path given, and the server has no "
+                    "state= catalogue whose directory could hold one; give "
+                    "a COW path (snapfgctl create %s --cow PATH)",
+                    o->name, o->name);
+      return -EINVAL;
+    }
+    path = catalogue_state_file (e->catalogue, o->name, "cow");
+    if (path == NULL)
+      return -EINVAL;
+    own.cow_path = path;
+    own.owned = true;
+    r = snapshot_create (e, &own);
+    free (path);
+    return r;
+  }
+  return snapshot_create (e, o);
+}
+
+static int
+snapshot_create (struct snapfg_engine *e,
+                 const struct snapfg_snapshot_options *o)
+{
+  struct binding_want want = {
+    .request = o->attach == SNAPFG_ATTACH_RESTORE ? BIND_RESTORE
+    : o->attach == SNAPFG_ATTACH_STARTUP ? BIND_STARTUP : BIND_RUNTIME,
+    .origin = &e->origin,
+    .name = o->name,
+    .catalogue_id = e->catalogue ? catalogue_id (e->catalogue) : NULL,
+    .uuid = o->uuid,
+    .merge_expected = o->merging,
+    .catalogue_knows = catalogue_knows,
+    .opaque = e,
+  };
   struct snapfg_store_params params = {
     .type = o->store_type ? o->store_type : "persistent",
     .path = o->cow_path,
@@ -294,12 +438,14 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     .cow_size = o->cow_size,
     .origin = &e->origin,
     .origin_size = e->size,
+    .bind = &want,
+    .must_exist = o->attach == SNAPFG_ATTACH_RESTORE,
   };
   struct snapfg_snapshot *s, **list;
   const char *problem;
   percpu_rwlock_token token;
   const char *in_use;
-  bool exists, merging;
+  bool exists, merging, full;
   int r;
 
   problem = snapfg_check_chunk_size (params.chunk_size);
@@ -307,15 +453,16 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     snapfg_error ("chunk-size=%" PRIu32 ": %s", params.chunk_size, problem);
     return -EINVAL;
   }
-  if (strcmp (o->name, "") == 0 || strcmp (o->name, "origin") == 0) {
-    snapfg_error ("snapshot name \"%s\" is reserved for the origin", o->name);
-    return -EINVAL;
-  }
   token = percpu_rwlock_read_lock (&e->geometry);
   exists = find_snapshot_locked (e, o->name) != NULL;
   in_use = cow_in_use_locked (e, o->cow_path);
   merging = e->merging != NULL;
+  full = e->nsnapshots >= e->max_snapshots;
   percpu_rwlock_read_unlock (&e->geometry, token);
+  if (full && !exists) {
+    too_many_snapshots (e, o->name);
+    return -EMLINK;
+  }
   if (merging) {
     snapfg_error ("snapshot \"%s\": a snapshot is being merged into the "
                   "origin; no other snapshot may exist until it is done",
@@ -331,10 +478,14 @@ snapfg_snapshot_create (struct snapfg_engine *e,
                   "every snapshot needs its own", o->cow_path, in_use);
     return -EBUSY;
   }
+  r = lifecycle_check_cow (e, o->cow_path);
+  if (r < 0)
+    return r;
 
   s = calloc (1, sizeof *s);
   if (s == NULL)
     return -ENOMEM;
+  s->owned_cow = o->owned;
   s->engine = e;
   atomic_init (&s->state, SNAPSHOT_VALID);
   atomic_init (&s->overflow, false);
@@ -352,7 +503,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   r = store_open (&params, &s->store);
   if (r < 0) {
     snapshot_free (s, false);
-    return r;
+    return r;                   /* -ESTALE: see snapfg_engine_restore */
   }
   s->chunk_size = s->store->chunk_size;
   s->chunk_shift = s->store->chunk_shift;
@@ -392,6 +543,12 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     snapshot_discard (s);
     return -EBUSY;
   }
+  if (e->nsnapshots >= e->max_snapshots) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    too_many_snapshots (e, o->name);
+    snapshot_discard (s);
+    return -EMLINK;
+  }
   /* Grow the list before anything refers to s: on failure s is freed. */
   list = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? NULL
     : realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
@@ -403,6 +560,15 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     return -ENOMEM;
   }
   e->snapshots = list;
+  /* In the catalogue before anyone can see it, and at its instant: a
+   * crash right after leaves a snapshot that a restart brings back.
+   */
+  r = lifecycle_record (e, s, o, params.type);
+  if (r < 0) {
+    percpu_rwlock_write_unlock (&e->geometry);
+    snapshot_discard (s);
+    return r;
+  }
   if (s->store->opened_merging) {
     /* A merge was under way: the origin view is the snapshot's from now
      * on, and snapfg_engine_start_background resumes the copying.
@@ -410,6 +576,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     atomic_store (&s->state, SNAPSHOT_MERGING);
     e->merging = s;
   }
+  live_insert (s);
   list[e->nsnapshots] = s;
   e->nsnapshots++;
   e->min_chunk_size = compute_min_chunk_size (e);
@@ -494,8 +661,8 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
     snapfg_error ("drop: no snapshot named \"%s\"", name);
     return -ENOENT;
   }
-  snapfg_debug ("snapshot %s dropped (COW %s left as it is)",
-                s->name, s->store->dev.path);
+  snapfg_debug ("snapshot %s dropped (COW %s)", s->name, s->store->dev.path);
+  lifecycle_forget (e, s, "dropped");
   snapfg_snapshot_put (s);      /* the list's reference */
   return 0;
 }
@@ -623,6 +790,8 @@ snapfg_snapshot_info (struct snapfg_snapshot *s,
   info->cow_path = s->store->dev.path;
   info->chunk_size = s->chunk_size;
   snapfg_snapshot_status (s, info->status, sizeof info->status);
+  s->store->ops->usage (s->store, &info->allocated_sectors,
+                        &info->total_sectors, &info->metadata_sectors);
   info->exceptions = exception_table_count (&s->table);
   if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
     info->state = "merging";
@@ -710,12 +879,19 @@ snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
   if (!atomic_compare_exchange_strong (&s->state, &expected,
                                        SNAPSHOT_INVALID))
     return;                     /* already Invalid: said so already */
+  /* Say what to do next: an Invalid snapshot never becomes valid again. */
+  const char *next = strcmp (why, "the COW store is full") == 0
+    ? " with a larger COW store (cow-size=, snapfgctl create --cow-size)"
+    : err == ENOSPC ? " where there is room" : "";
   if (err)
-    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s: %s",
-                  s->name, s->store->dev.path, why, strerror (err));
+    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s: %s; its "
+                  "contents are lost: drop it (snapfgctl drop %s) and create "
+                  "a new one%s", s->name, s->store->dev.path, why,
+                  strerror (err), s->name, next);
   else
-    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s",
-                  s->name, s->store->dev.path, why);
+    snapfg_error ("snapshot %s (COW %s) is now Invalid: %s; its contents "
+                  "are lost: drop it (snapfgctl drop %s) and create a new "
+                  "one%s", s->name, s->store->dev.path, why, s->name, next);
   s->store->ops->invalidate (s->store);
 }
 

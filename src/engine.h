@@ -30,25 +30,76 @@ enum snapfg_locking {
 /* The name of the snapshot given by cow= at start-up. */
 #define SNAPFG_STARTUP_SNAPSHOT "snapshot"
 
+/* Snapshot names: at most this many bytes (see
+ * snapfg_check_snapshot_name).
+ */
+#define SNAPFG_MAX_NAME_LEN 255
+#define SNAPFG_MAX_NAME_LEN_STR "255"
+
+/* max-snapshots= default: each snapshot costs memory and every first
+ * write to an origin chunk copies into each.
+ */
+#define SNAPFG_DEFAULT_MAX_SNAPSHOTS 32
+
 struct snapfg_options {
   const char *origin_path;         /* required */
   enum snapfg_locking locking;
   uint32_t block_size;             /* 512 or 4096 */
+  unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
+};
+
+/* Who attaches a snapshot's store (DESIGN.md section 7): this decides
+ * which existing stores may be attached as valid.
+ */
+enum snapfg_attach {
+  SNAPFG_ATTACH_RUNTIME = 0,       /* create at run time: a new snapshot,
+                                      so a new, empty or all-zero COW */
+  SNAPFG_ATTACH_STARTUP,           /* cow= / snapshot= on the command line */
+  SNAPFG_ATTACH_RESTORE,           /* the catalogue's, at restart */
 };
 
 struct snapfg_snapshot_options {
   const char *name;                /* export name */
-  const char *cow_path;
+  const char *cow_path;            /* NULL: STATE.d/NAME.cow (needs state=) */
   const char *store_type;          /* "transient" or "persistent" */
   uint32_t chunk_size;             /* power of two, 512 .. 1M */
   uint64_t cow_size;               /* 0: default */
+  enum snapfg_attach attach;
+  /* SNAPFG_ATTACH_RESTORE: the catalogue's record. */
+  const char *uuid;
+  bool merging;                    /* the catalogue says a merge is under way */
+  bool owned;                      /* the COW is in the state directory */
+  int64_t created;
 };
+
+struct catalogue;
+
+/* Keep the engine's snapshots in this catalogue (state=): from now on
+ * every create, drop and merge is recorded in it.  The engine does not
+ * own it (the caller closes it after the engine).
+ */
+extern void snapfg_engine_set_catalogue (struct snapfg_engine *e,
+                                         struct catalogue *cat);
+/* Bring back the catalogue's snapshots (start-up, before any client):
+ * persistent ones under their names, an interrupted merge (resumed by
+ * snapfg_engine_start_background), transient ones recorded as lost.
+ */
+extern int snapfg_engine_restore (struct snapfg_engine *e);
 
 /* Checks shared by the plugin's parameter parsing and snapfgctl.  They
  * return NULL if the value is fine, else a message saying what is wrong.
  */
 extern const char *snapfg_check_chunk_size (int64_t chunk_size);
 extern const char *snapfg_check_block_size (int64_t block_size);
+/* A snapshot name: UTF-8, no control characters, 1 to
+ * SNAPFG_MAX_NAME_LEN bytes, not "origin".  The one rule for snapshot=
+ * and for the control socket (snapfg_snapshot_create checks it too).
+ */
+extern const char *snapfg_check_snapshot_name (const char *name);
+/* name for a message: control characters, backslash and non-ASCII bytes
+ * written as \xNN (truncated to fit len).
+ */
+extern void snapfg_printable_name (const char *name, char *buf, size_t len);
 
 /* Open the origin.  Logs an error naming the file on failure. */
 extern int snapfg_engine_open (const struct snapfg_options *opts,
@@ -123,6 +174,10 @@ struct snapfg_snapshot_info {
   uint64_t exceptions;
   int connections;
   uint64_t merge_done, merge_total;  /* chunks; total 0: not merging */
+  /* The COW store's usage in 512-byte sectors, as in the dm status line
+   * (also when that line says Invalid or Overflow).
+   */
+  uint64_t allocated_sectors, total_sectors, metadata_sectors;
 };
 
 /* Start merging a persistent snapshot back into the origin in the

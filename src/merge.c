@@ -219,8 +219,10 @@ finish_merge (struct snapfg_snapshot *s)
   snapfg_debug ("snapshot %s: merge complete (%" PRIu64 " chunks); the "
                 "snapshot is gone", s->name,
                 (uint64_t) atomic_load (&s->merge_done));
-  if (listed)
+  if (listed) {
+    lifecycle_forget (e, s, "merged");
     snapfg_snapshot_put (s);    /* the list's reference */
+  }
 }
 
 static void *
@@ -328,6 +330,32 @@ merge_stop_thread (struct snapfg_snapshot *s)
     pthread_join (s->merge_thread, NULL);
 }
 
+const char *
+merge_prepare_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
+                      int *r)
+{
+  *r = 0;
+  if (s->store->ops->merge_begin == NULL)
+    return "only a persistent snapshot can be merged";
+  if (atomic_load (&s->state) == SNAPSHOT_MERGING)
+    return "it is already being merged";
+  if (!snapshot_is_valid (s))
+    return "it is Invalid (its contents are lost): drop it";
+  if (e->nsnapshots != 1)
+    return "it is not the origin's only snapshot; drop the others first";
+  /* The catalogue first: a restart that finds it merging either resumes
+   * the merge (the store is marked) or starts it (it is not yet).
+   */
+  *r = lifecycle_merging (e, s);
+  if (*r == 0)
+    *r = s->store->ops->merge_begin (s->store);
+  if (*r == 0) {
+    atomic_store (&s->state, SNAPSHOT_MERGING);
+    e->merging = s;
+  }
+  return NULL;
+}
+
 int
 snapfg_snapshot_merge (struct snapfg_engine *e, const char *name)
 {
@@ -345,20 +373,7 @@ snapfg_snapshot_merge (struct snapfg_engine *e, const char *name)
    * view changes: from a restart on, the origin view is the snapshot's.
    */
   percpu_rwlock_write_lock (&e->geometry);
-  if (s->store->ops->merge_begin == NULL)
-    problem = "only a persistent snapshot can be merged";
-  else if (atomic_load (&s->state) == SNAPSHOT_MERGING)
-    problem = "it is already being merged";
-  else if (!snapshot_is_valid (s))
-    problem = "it is Invalid";
-  else if (e->nsnapshots != 1)
-    problem = "it is not the origin's only snapshot; drop the others first";
-  else
-    r = s->store->ops->merge_begin (s->store);
-  if (problem == NULL && r == 0) {
-    atomic_store (&s->state, SNAPSHOT_MERGING);
-    e->merging = s;
-  }
+  problem = merge_prepare_locked (e, s, &r);
   percpu_rwlock_write_unlock (&e->geometry);
 
   if (problem) {

@@ -26,7 +26,16 @@ stderr_debug (const char *fmt, va_list args)
   fputc ('\n', stderr);
 }
 
+static void
+stderr_notice (const char *fmt, va_list args)
+{
+  fputs ("snapfg: ", stderr);
+  vfprintf (stderr, fmt, args);
+  fputc ('\n', stderr);
+}
+
 static snapfg_vlog_fn error_sink = stderr_error;
+static snapfg_vlog_fn notice_sink = stderr_notice;
 static snapfg_vlog_fn debug_sink = stderr_debug;
 
 void
@@ -34,6 +43,12 @@ snapfg_set_log (snapfg_vlog_fn error_fn, snapfg_vlog_fn debug_fn)
 {
   error_sink = error_fn ? error_fn : stderr_error;
   debug_sink = debug_fn ? debug_fn : stderr_debug;
+}
+
+void
+snapfg_set_notice_log (snapfg_vlog_fn notice_fn)
+{
+  notice_sink = notice_fn ? notice_fn : stderr_notice;
 }
 
 static _Thread_local snapfg_vlog_fn thread_error_hook;
@@ -53,6 +68,7 @@ snapfg_error (const char *fmt, ...)
     va_start (args, fmt);
     thread_error_hook (fmt, args);
     va_end (args);
+    return;
   }
   va_start (args, fmt);
   error_sink (fmt, args);
@@ -66,5 +82,15 @@ snapfg_debug (const char *fmt, ...)
 
   va_start (args, fmt);
   debug_sink (fmt, args);
+  va_end (args);
+}
+
+void
+snapfg_notice (const char *fmt, ...)
+{
+  va_list args;
+
+  va_start (args, fmt);
+  notice_sink (fmt, args);
   va_end (args);
 }

@@ -24,6 +24,7 @@
 
 #include <config.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -32,6 +33,7 @@
 
 #include "store.h"
 #include "dm-format.h"
+#include "store-binding.h"
 #include "snapfg-log.h"
 
 struct persistent_store {
@@ -66,6 +68,12 @@ struct persistent_store {
   bool invalidated;             /* header valid=0 written (under lock) */
   bool fresh;                   /* formatted by us at open: empty table */
   bool merging;                 /* the header carries snapfg's merge mark */
+
+  /* Header bytes past dm's and the merge mark: the binding record
+   * (store-binding.h), or whatever was there, rewritten as it is with
+   * every header write.
+   */
+  unsigned char binding_raw[STORE_BINDING_SIZE];
 };
 
 static struct persistent_store *
@@ -94,6 +102,7 @@ write_header (struct persistent_store *ps, uint32_t valid)
   };
 
   dm_header_encode (&h, buf);
+  memcpy (buf + STORE_BINDING_OFFSET, ps->binding_raw, STORE_BINDING_SIZE);
   return device_pwrite (&ps->base.dev, buf, sizeof buf, 0);
 }
 
@@ -394,6 +403,32 @@ persistent_invalidate (struct snapfg_store *st)
   pthread_mutex_unlock (&ps->lock);
 }
 
+static int
+persistent_mark_dropped (struct snapfg_store *st)
+{
+  struct persistent_store *ps = ps_of (st);
+  struct store_binding b;
+  int r = 0;
+
+  /* valid = 0 is what the kernel understands too; the binding says why. */
+  pthread_mutex_lock (&ps->lock);
+  if (!st->dev.readonly) {
+    if (binding_decode (ps->binding_raw, &b) == 0 && b.present) {
+      b.state = BINDING_DROPPED;
+      binding_encode (&b, ps->binding_raw);
+    }
+    ps->invalidated = true;
+    r = write_header (ps, 0);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r < 0)
+      snapfg_error ("cow=%s: could not mark the dropped store on disk: %s",
+                    st->dev.path, strerror (-r));
+  }
+  pthread_mutex_unlock (&ps->lock);
+  return r;
+}
+
 static void
 persistent_usage (const struct snapfg_store *st, uint64_t *allocated,
                   uint64_t *total, uint64_t *metadata)
@@ -525,6 +560,7 @@ static const struct snapfg_store_ops persistent_ops = {
   .commit = persistent_commit,
   .flush = persistent_flush,
   .invalidate = persistent_invalidate,
+  .mark_dropped = persistent_mark_dropped,
   .usage = persistent_usage,
   .merge_begin = persistent_merge_begin,
   .merge_last = persistent_merge_last,
@@ -532,6 +568,71 @@ static const struct snapfg_store_ops persistent_ops = {
   .merge_end = persistent_merge_end,
   .close = persistent_close,
 };
+
+/* Read the binding record of an existing store and decide, for the
+ * opener in params->bind, whether it may be attached; prepare the
+ * record to write (*write_binding: an existing store's record changes).
+ */
+static int
+check_binding (struct persistent_store *ps,
+               const struct snapfg_store_params *params,
+               const struct dm_header *h, enum dm_header_kind kind,
+               bool *write_binding)
+{
+  const struct binding_want *want = params->bind;
+  struct store_binding found = { 0 }, b;
+  unsigned char sector[512], encoded[STORE_BINDING_SIZE];
+  int r;
+
+  if (kind == DM_HEADER_VALID) {
+    r = device_pread (&ps->base.dev, sector, sizeof sector, 0);
+    if (r < 0) {
+      snapfg_error ("cow=%s: cannot read the header: %s", params->path,
+                    strerror (-r));
+      return r;
+    }
+    memcpy (ps->binding_raw, sector + STORE_BINDING_OFFSET,
+            STORE_BINDING_SIZE);
+    if (binding_decode (ps->binding_raw, &found) < 0) {
+      snapfg_error ("cow=%s: the snapfg binding record in the header is "
+                    "damaged (checksum mismatch); refusing to use the "
+                    "store (the file is left unchanged; snapfgctl inspect "
+                    "shows the rest of it)", params->path);
+      return -EINVAL;
+    }
+    if (found.present)
+      snprintf (ps->base.uuid, sizeof ps->base.uuid, "%s", found.uuid);
+  }
+  if (want == NULL || want->request == BIND_NONE)
+    return 0;
+
+  if (kind == DM_HEADER_EMPTY) {
+    if (want->request == BIND_RESTORE) {
+      snapfg_error ("cow=%s: the catalogue's snapshot \"%s\" should be in "
+                    "this file, but it holds no store (empty or all "
+                    "zero); put the store back, or remove the snapshot's "
+                    "record from the catalogue", params->path, want->name);
+      return -EINVAL;
+    }
+    binding_make (want, NULL, &b);
+    binding_encode (&b, ps->binding_raw);
+    snprintf (ps->base.uuid, sizeof ps->base.uuid, "%s", b.uuid);
+    return 0;
+  }
+
+  r = binding_check (want, params->path, &found,
+                     h->snapfg_merging && h->valid, h->valid != 0);
+  if (r < 0 || h->valid == 0)
+    return r;                   /* an Invalid store is not written to */
+  binding_make (want, &found, &b);
+  binding_encode (&b, encoded);
+  if (memcmp (encoded, ps->binding_raw, STORE_BINDING_SIZE) != 0) {
+    memcpy (ps->binding_raw, encoded, STORE_BINDING_SIZE);
+    *write_binding = true;
+  }
+  snprintf (ps->base.uuid, sizeof ps->base.uuid, "%s", b.uuid);
+  return 0;
+}
 
 /* Start a new store in an empty or all-zero COW device. */
 static int
@@ -577,6 +678,7 @@ persistent_store_open (const struct snapfg_store_params *params,
   struct dm_header h;
   enum dm_header_kind kind;
   uint64_t origin_chunks, areas;
+  bool write_binding = false;
   char why[256];
   int r;
 
@@ -628,6 +730,15 @@ persistent_store_open (const struct snapfg_store_params *params,
   st->chunk_shift = __builtin_ctz (st->chunk_size);
   ps->pairs_per_area = dm_pairs_per_area (st->chunk_size);
 
+  /* Who may attach this store (store-binding.c).  Refused: nothing is
+   * written.
+   */
+  r = check_binding (ps, params, &h, kind, &write_binding);
+  if (r < 0) {
+    store_discard_new (st);
+    return r;
+  }
+
   ps->area_buf = calloc (1, st->chunk_size);
   if (ps->area_buf == NULL) {
     store_discard_new (st);
@@ -659,6 +770,18 @@ persistent_store_open (const struct snapfg_store_params *params,
   else if (st->opened_invalid)
     snapfg_error ("cow=%s: the store is marked Invalid (valid = 0): the "
                   "snapshot's export fails every request", params->path);
+  else if (write_binding) {
+    r = write_header (ps, 1);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r < 0) {
+      snapfg_error ("cow=%s: cannot write the binding record into the "
+                    "header: %s", params->path, strerror (-r));
+      free (ps->area_buf);
+      store_discard_new (st);
+      return r;
+    }
+  }
 
   *stp = st;
   return 0;

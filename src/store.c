@@ -11,6 +11,7 @@
 #include "store.h"
 #include "exception-table.h"
 #include "snapfg-log.h"
+#include "file-lock.h"
 
 int
 store_open (const struct snapfg_store_params *params,
@@ -48,11 +49,11 @@ store_open_device (const struct snapfg_store_params *params,
   int r;
 
   /* An NBD export always exists: only a file may be created. */
-  if (!is_uri) {
+  if (!is_uri && !params->must_exist) {
     r = device_create (&st->dev, params->path);
     if (r == 0) {
       st->created = true;
-      return 0;
+      goto lock;
     }
     if (r != -EEXIST) {
       snapfg_error ("cow=%s: cannot create the COW file: %s",
@@ -77,6 +78,31 @@ store_open_device (const struct snapfg_store_params *params,
                   "a different file", params->path);
     device_close (&st->dev);
     return -EINVAL;
+  }
+lock:
+  /* Held until the store closes: a second server (or a second open in
+   * this one) cannot use the file meanwhile.  NBD exports cannot be
+   * locked.
+   */
+  if (!is_uri) {
+    r = file_lock (st->dev.fd, true);
+    if (r < 0) {
+      if (r == -EAGAIN)
+        snapfg_error ("cow=%s: the COW file is in use (locked by another "
+                      "snapfg server, or a program such as QEMU); stop it "
+                      "first, or use another file", params->path);
+      else
+        snapfg_error ("cow=%s: cannot lock the COW file: %s",
+                      params->path, strerror (-r));
+      /* A file we created a moment ago and someone else locked is
+       * theirs now: leave it.
+       */
+      if (st->created && r != -EAGAIN)
+        unlink (params->path);
+      st->created = false;
+      device_close (&st->dev);
+      return r == -EAGAIN ? -EBUSY : r;
+    }
   }
   return 0;
 }

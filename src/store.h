@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 
 #include "device.h"
+#include "store-binding.h"
 
 struct snapfg_store;
 
@@ -52,6 +53,12 @@ struct snapfg_store_ops {
   /* The snapshot became Invalid: record it where the store can. */
   void (*invalidate) (struct snapfg_store *st);
 
+  /* The snapshot was dropped: mark the store so that it is never
+   * attached as valid again (persistent: header valid = 0, binding
+   * state "dropped"; durable on return).  NULL: nothing to mark.
+   */
+  int (*mark_dropped) (struct snapfg_store *st);
+
   /* dm-style usage, in 512-byte sectors. */
   void (*usage) (const struct snapfg_store *st, uint64_t *allocated,
                  uint64_t *total, uint64_t *metadata);
@@ -84,6 +91,7 @@ struct snapfg_store {
   unsigned chunk_shift;
   uint64_t max_chunks;             /* cow-size / chunk_size */
   uint64_t origin_size;            /* bounds the old chunks a store may hold */
+  char uuid[37];                   /* the binding's snapshot uuid ("": none) */
   atomic_uint_least64_t next_chunk;  /* bump allocator */
 };
 
@@ -95,6 +103,9 @@ struct snapfg_store_params {
   uint64_t cow_size;               /* 0: the default */
   const struct snapfg_device *origin;
   uint64_t origin_size;
+  /* Who attaches the store, for the binding checks (NULL: none). */
+  const struct binding_want *bind;
+  bool must_exist;                 /* never create the file */
 };
 
 /* Open (or create) the store at params->path.  Logs an error naming the

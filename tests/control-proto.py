@@ -21,6 +21,21 @@
 #       "Overflow".  Prints what it saw; exit 1 on a problem, or if it
 #       never saw NAME merging and --expect-merging was given.
 #
+#   flood SOCK PID [--bytes N] [--seconds S]
+#       A client that sends stats requests (up to N bytes, default 8 MiB,
+#       for at most S seconds, default 20) and never reads a reply; PID
+#       is the server's.  Meanwhile another client must still be served.
+#       Prints how much was sent and the server's VmRSS before and after
+#       (in KiB) as "sent=B rss_before=K rss_after=K"; exit 1 if the
+#       other client was not served.
+#
+#   burst SOCK N
+#       N clients connect at once (non-blocking connects one after the
+#       other, before any is served); each must connect (no EAGAIN: the
+#       listen backlog is large enough) and get its status reply.
+#       Prints "connected=C eagain=E answered=A"; exit 1 unless all N
+#       connected and were answered.
+#
 #   connect-denied SOCK
 #       Meant to run as another user: connecting must fail with EACCES
 #       (the socket is mode 0600), or, if it connects (root bypasses
@@ -215,7 +230,7 @@ def check_malformed(path):
          b'{"cmd":"set-block-size","block_size":4.096e3}\n', "block_size"),
         ("\"block_size\" beyond 64 bits",
          b'{"cmd":"set-block-size","block_size":99999999999999999999999}\n',
-         "block_size"),
+         "too big integer"),
         ("\"block_size\" 1024", b'{"cmd":"set-block-size","block_size":1024}\n',
          "512 or 4096"),
         ("\"block_size\" 4096 + 2^32 (must not wrap to 4096)",
@@ -604,7 +619,96 @@ def cmd_watch(path, name, timeout, expect_merging):
     return 1 if problems else 0
 
 
+def vmrss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise ValueError("no VmRSS for pid %d" % pid)
+
+
+def cmd_flood(path, pid, nbytes, seconds):
+    before = vmrss_kib(pid)
+    req = b'{"cmd":"stats"}\n'
+    chunk = req * 4096
+    s = connect(path)
+    s.settimeout(0.5)
+    sent = 0
+    deadline = time.monotonic() + seconds
+    # Send until the server stops reading (our socket buffers fill up and
+    # sends time out) for a while, the byte budget is spent, or time is up.
+    stalled_since = None
+    while sent < nbytes and time.monotonic() < deadline:
+        try:
+            n = s.send(chunk[:min(len(chunk), nbytes - sent)])
+            sent += n
+            stalled_since = None
+        except socket.timeout:
+            if stalled_since is None:
+                stalled_since = time.monotonic()
+            elif time.monotonic() - stalled_since > 3:
+                break
+    time.sleep(1)                       # let the server catch up, if it reads
+    after = vmrss_kib(pid)
+    served = True
+    try:
+        c = Conn(path, timeout=30)
+        c.send(STATUS)
+        d = c.reply()
+        served = bool(d["ok"] and is_status(d))
+        c.close()
+    except Exception as e:
+        say("another client, while the flooding one is stalled: %s" % e)
+        served = False
+    print("sent=%d rss_before=%d rss_after=%d served=%s" % (sent, before, after,
+                                                           served), flush=True)
+    s.close()
+    return 0 if served else 1
+
+
+def cmd_burst(path, n):
+    socks = []
+    eagain = 0
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+            socks.append(s)
+        except BlockingIOError:
+            eagain += 1
+            s.close()
+    answered = 0
+    for s in socks:
+        s.setblocking(True)
+        s.settimeout(60)
+    for s in socks:
+        s.sendall(STATUS)
+    for s in socks:
+        buf = b""
+        try:
+            while b"\n" not in buf:
+                d = s.recv(65536)
+                if not d:
+                    break
+                buf += d
+            if json.loads(buf.split(b"\n")[0]).get("ok") is True:
+                answered += 1
+        except (OSError, ValueError) as e:
+            say("burst: %s" % e)
+        s.close()
+    print("connected=%d eagain=%d answered=%d" % (len(socks), eagain, answered))
+    return 0 if len(socks) == n and answered == n else 1
+
+
 def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "flood":
+        a = sys.argv
+        sys.exit(cmd_flood(a[2], int(a[3]),
+                           int(a[a.index("--bytes") + 1]) if "--bytes" in a else 8 << 20,
+                           float(a[a.index("--seconds") + 1]) if "--seconds" in a else 20))
+    if len(sys.argv) >= 4 and sys.argv[1] == "burst":
+        sys.exit(cmd_burst(sys.argv[2], int(sys.argv[3])))
     if len(sys.argv) >= 4 and sys.argv[1] == "watch":
         sys.exit(cmd_watch(sys.argv[2], sys.argv[3],
                            float(sys.argv[sys.argv.index("--timeout") + 1])

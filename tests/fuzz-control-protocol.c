@@ -1,20 +1,24 @@
 /* libFuzzer target for the control protocol's request parser.
  *
  * Every byte a control client sends reaches control_parse_request (and
- * through it json_parse) first, so it must cope with anything: it either
- * fills in a request, which must then be consistent, or refuses with a
- * message.  Built and run by tests/test-fuzz-control.sh:
+ * through it jansson) first, so it must cope with anything: it either
+ * fills in a request, which must then be consistent with the command
+ * table, or refuses with a message.  Built and run by
+ * tests/test-fuzz-control.sh:
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I$top_srcdir/src \
  *     -I$top_builddir tests/fuzz-control-protocol.c src/control-protocol.c \
- *     src/json.c -lm
+ *     src/control-commands.c $(pkg-config --cflags --libs jansson)
  *
  * Besides crashes, leaks and undefined behaviour (the sanitizers), it
  * checks what the parser promises: an error always comes with a
- * non-empty, NUL-terminated message that fits the buffer; a request
- * that parses names a known command with the arguments it requires
- * (non-empty strings, positive sizes); anything longer than
- * CONTROL_MAX_LINE is refused; and freeing leaves the request zeroed.
+ * non-empty, NUL-terminated message that fits the buffer and leaves the
+ * request empty; a request that parses names a command of the table,
+ * has every argument the table requires, only arguments the table lists
+ * for it (never snapfgctl's local ones), each of its type (non-empty
+ * strings, positive sizes, booleans); anything longer than
+ * CONTROL_MAX_LINE or with a NUL is refused; and freeing leaves the
+ * request zeroed.
  */
 
 #include <config.h>
@@ -26,7 +30,6 @@
 #include <string.h>
 
 #include "control-protocol.h"
-#include "json.h"
 
 static void
 check (int cond, const char *what)
@@ -38,14 +41,50 @@ check (int cond, const char *what)
 }
 
 static void
-check_string (const char *s, int required, const char *what)
+check_args (const struct control_request *req)
 {
-  if (s == NULL) {
-    check (!required, what);
-    return;
+  enum control_cmd cmd = req->command->cmd;
+  const char *key;
+  json_t *v;
+
+  check (req->command == &control_commands[cmd], "command not from the table");
+  json_object_foreach (req->json, key, v) {
+    const struct control_arg *a;
+
+    if (strcmp (key, "cmd") == 0) {
+      check (json_is_string (v) &&
+             strcmp (json_string_value (v), req->command->name) == 0,
+             "cmd is not the command's name");
+      continue;
+    }
+    a = control_arg_find (cmd, key);
+    check (a != NULL, "a key the table does not list was accepted");
+    check (!(a->flags & CONTROL_ARG_LOCAL), "a local option was accepted");
+    switch (a->type) {
+    case CONTROL_TYPE_STRING:
+    case CONTROL_TYPE_NAME:
+    case CONTROL_TYPE_PATH:
+      check (json_is_string (v) && json_string_length (v) > 0 &&
+             strlen (control_arg_string (req, key)) == json_string_length (v),
+             "a string argument that is not a non-empty string without NUL");
+      break;
+    case CONTROL_TYPE_SIZE:
+      check (json_is_integer (v) && json_integer_value (v) > 0 &&
+             control_arg_size (req, key) == (uint64_t) json_integer_value (v),
+             "a size that is not a positive integer");
+      break;
+    case CONTROL_TYPE_BOOL:
+      check (json_is_boolean (v), "a boolean that is not true or false");
+      break;
+    default:
+      check (0, "an argument of unknown type");
+    }
   }
-  check (s[0] != '\0', what);
-  (void) strlen (s);            /* ASan: a real, terminated string */
+  for (size_t i = 0; i < control_nargs; ++i)
+    if (control_args[i].cmd == cmd &&
+        (control_args[i].flags & CONTROL_ARG_REQUIRED))
+      check (json_object_get (req->json, control_args[i].key) != NULL,
+             "a required argument is missing");
 }
 
 int
@@ -67,50 +106,20 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     check (memchr (err, '\0', 256) != NULL, "error message not terminated");
     check (err[0] != '\0', "error without a message");
     /* A refused request must hold nothing to free. */
-    check (req.name == NULL && req.cow == NULL && req.store == NULL,
-           "a refused request still holds strings");
+    check (req.command == NULL && req.json == NULL,
+           "a refused request still holds something");
     return 0;
   }
 
   check (r == 0, "control_parse_request returned neither 0 nor -1");
   check (size <= CONTROL_MAX_LINE, "a line over CONTROL_MAX_LINE was accepted");
   check (memchr (data, '\0', size) == NULL, "a line with a NUL was accepted");
-  switch (req.cmd) {
-  case CONTROL_STATUS:
-    check_string (req.name, 0, "status: bad name");
-    break;
-  case CONTROL_LIST:
-  case CONTROL_STATS:
-    check (req.name == NULL, "list/stats with a name");
-    break;
-  case CONTROL_CREATE:
-    check_string (req.name, 1, "create: no name");
-    check_string (req.cow, 1, "create: no cow");
-    check_string (req.store, 0, "create: bad store");
-    break;
-  case CONTROL_DROP:
-  case CONTROL_MERGE:
-  case CONTROL_CHANGED:
-    check_string (req.name, 1, "drop/merge/changed: no name");
-    break;
-  case CONTROL_SET_BLOCK_SIZE:
-    check (req.block_size > 0, "set-block-size without a positive size");
-    break;
-  default:
-    check (0, "unknown command accepted");
-  }
-  if (req.cmd != CONTROL_CREATE)
-    check (req.cow == NULL && req.store == NULL && req.chunk_size == 0 &&
-           req.cow_size == 0, "create-only arguments on another command");
-  if (req.cmd != CONTROL_SET_BLOCK_SIZE)
-    check (req.block_size == 0, "block_size on another command");
-  /* Sizes arrive as positive JSON integers. */
-  check (req.chunk_size <= (uint64_t) INT64_MAX &&
-         req.cow_size <= (uint64_t) INT64_MAX &&
-         req.block_size <= (uint64_t) INT64_MAX, "size out of range");
+  check (req.command != NULL && json_is_object (req.json),
+         "an accepted request without command or object");
+  check_args (&req);
 
   control_request_free (&req);
-  check (req.name == NULL && req.cow == NULL && req.store == NULL,
+  check (req.command == NULL && req.json == NULL,
          "control_request_free left pointers behind");
   return 0;
 }

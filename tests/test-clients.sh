@@ -135,7 +135,10 @@ if have nbdinfo; then
     grep 'description:' "$tmpdir/list.out"
 fi
 if have qemu-img; then
-    vsize=$(qemu-img info --output=json "$s_uri" | grep -o '"virtual-size": *[0-9]*' | grep -o '[0-9]*$')
+    # The top-level "virtual-size" (QEMU 10 also reports one per child
+    # node, so the JSON must be parsed, not grepped).
+    vsize=$(qemu-img info --output=json "$s_uri" |
+            "$PY" -c 'import json, sys; print(json.load(sys.stdin)["virtual-size"])')
     [ "$vsize" -eq "$size" ] || fail "qemu-img info: snapshot virtual size $vsize != $size"
 fi
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Fuzz the control protocol's request parser (control_parse_request and
-# the JSON reader under it) with libFuzzer for ~20 s:
+# jansson under it) with libFuzzer for ~20 s:
 # tests/fuzz-control-protocol.c, built here from the sources with
 #
-#   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+#   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+#     ... src/control-protocol.c src/control-commands.c -ljansson
 #
 # from a small seed corpus of valid requests (every command) and a few
-# near misses, with a dictionary of the protocol's tokens.  The seeds are
+# near misses, with a dictionary of the protocol's tokens generated from
+# the command table (tests/fuzz-control-dict.c).  The seeds are
 # first run once as a regression check.  A crash, leak, sanitizer report,
 # broken promise (see the .c file) or timeout fails the test and prints
 # the input that caused it (base64).  Skips (77) if clang or its libFuzzer
@@ -41,7 +43,8 @@ info "building $fuzzer"
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -I"$srcdir/src" -I"$top_builddir" \
     -o "$fuzzer" "$srcdir/tests/fuzz-control-protocol.c" \
-    "$srcdir/src/control-protocol.c" "$srcdir/src/json.c" -lm \
+    "$srcdir/src/control-protocol.c" "$srcdir/src/control-commands.c" \
+    $(pkg-config --cflags --libs jansson) \
     >"$tmpdir/build.err" 2>&1 || { cat "$tmpdir/build.err"; fail "could not build the fuzz target"; }
 
 # The seed corpus: one file per request (no newline: the server strips it).
@@ -78,41 +81,15 @@ printf '{"cmd":"list"}%4082s' "" >"$seeds/seed-4096"    # exactly the limit
 printf '{"cmd":"list"}%4083s' "" >"$seeds/seed-4097"    # one over
 info "$(ls "$seeds" | wc -l) seed inputs"
 
-cat >"$tmpdir/dict" <<'EOF'
-"{"
-"}"
-"["
-"]"
-":"
-","
-"\""
-"\\u"
-"\\ud800"
-"true"
-"false"
-"null"
-"-0"
-"1e400"
-"9223372036854775807"
-"9223372036854775808"
-"\"cmd\""
-"\"name\""
-"\"cow\""
-"\"store\""
-"\"chunk_size\""
-"\"cow_size\""
-"\"block_size\""
-"\"status\""
-"\"list\""
-"\"create\""
-"\"drop\""
-"\"set-block-size\""
-"\"merge\""
-"\"changed\""
-"\"stats\""
-"\"transient\""
-"\"persistent\""
-EOF
+# The dictionary comes from the command table (every command and key).
+info "generating the dictionary from the command table"
+clang -g -I"$srcdir/src" -I"$top_builddir" -o "$tmpdir/fuzz-control-dict" \
+    "$srcdir/tests/fuzz-control-dict.c" "$srcdir/src/control-commands.c" \
+    >"$tmpdir/dict-build.err" 2>&1 || { cat "$tmpdir/dict-build.err"; fail "could not build the dictionary generator"; }
+"$tmpdir/fuzz-control-dict" >"$tmpdir/dict" || fail "the dictionary generator failed"
+grep -qx '"\\"create\\""' "$tmpdir/dict" && grep -qx '"\\"chunk_size\\""' "$tmpdir/dict" ||
+    fail "the generated dictionary lacks create or chunk_size: $(tr '\n' ' ' <"$tmpdir/dict")"
+info "$(wc -l <"$tmpdir/dict") dictionary entries"
 
 # report_crash: show what failed and the input, so it can be replayed
 # with: base64 -d > crash && ./fuzz-control-protocol crash

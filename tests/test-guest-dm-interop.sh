@@ -34,6 +34,17 @@
 #     itself).  snapfg opens it as Invalid: nbdinfo --list's description
 #     says Invalid, snapshot reads fail, and the origin export works
 #     (equals the file, accepts a write).
+#     In (d), snapfg's binding record (the header chunk after dm's 16
+#     bytes, written when snapfg first opened the kernel's store) is
+#     still there, byte for byte, after the kernel loaded the store again
+#     and appended to it: bytes 16..511 of the header chunk are unchanged
+#     and snapfgctl inspect shows the binding.
+# (e) The one header write of the kernel on an existing store: snapfg
+#     creates a store (with its binding record); the guest's kernel loads
+#     it and overflows it, so it marks it Invalid, rewriting the whole
+#     header chunk (valid = 0, the rest zero: the binding goes with it).
+#     snapfg then opens it as Invalid (an Invalid store is never served
+#     as valid, binding or not).
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/guest/guest-lib.sh"
@@ -131,6 +142,20 @@ patch_file "$tmpdir/c-expect-origin.img" $((2 * MIB)) "$tmpdir/c-o1"
 guest_disk c-origin "$tmpdir/c-origin.img"
 guest_disk c-cow "$tmpdir/c-cow.img"
 
+# ---------------------------------------------------------------- (e)
+make_random_image "$tmpdir/e-origin.img" "$size"
+start_snapfg "$tmpdir/e.sock" "$tmpdir/e.pid" origin="$tmpdir/e-origin.img" cow="$tmpdir/e-cow.img" \
+    store=persistent chunk-size=4K
+stop_nbdkit "$tmpdir/e.pid"
+truncate -s $((64 * KIB)) "$tmpdir/e-cow.img"
+"$SNAPFGCTL" inspect "$tmpdir/e-cow.img" >"$tmpdir/e-inspect.out" 2>&1 || true
+grep -q '^binding: snapshot snapshot,' "$tmpdir/e-inspect.out" ||
+    check_fail "(e): snapfg's new store has no binding record: $(cat "$tmpdir/e-inspect.out")"
+dd if="$tmpdir/e-cow.img" of="$tmpdir/e-tail-before" bs=1 skip=16 count=496 status=none
+guest_file "$tmpdir/c-o1" e-o1
+guest_disk e-origin "$tmpdir/e-origin.img"
+guest_disk e-cow "$tmpdir/e-cow.img"
+
 # ---------------------------------------------------------------- (b) host
 # check_b SNAP-MD5 ORIGIN-MD5 DM-STATUS: snapfg opens the store the kernel
 # wrote in (b); the arguments are what the kernel reported.  Run from the
@@ -216,6 +241,7 @@ PY
     check_export "$(uri "$tmpdir/d.sock" snapshot)" "$tmpdir/d-expect-snap.img" \
         "(d): snapfg's snapshot export of the kernel's store after snapfg's appends = expected"
     stop_nbdkit "$tmpdir/d.pid"
+    dd if="$tmpdir/b-cow.img" of="$tmpdir/d-tail-before" bs=1 skip=16 count=496 status=none
     check_files "$tmpdir/b-origin.img" "$tmpdir/d-expect-origin.img" "(d): origin file after snapfg's appends = expected"
     "$SNAPFGCTL" inspect "$tmpdir/b-cow.img" >"$tmpdir/d-inspect.out" 2>&1 || true
     info "(d): the store after snapfg's appends: $(grep -E '^(valid|exceptions|metadata areas|status):' "$tmpdir/d-inspect.out" | tr '\n' ' ') ($(stat -c %s "$tmpdir/b-cow.img") bytes)"
@@ -225,7 +251,7 @@ GUEST_CTL_HANDLER=ctl_handler
 
 cat >"$tmpdir/guest.sh" <<'GUEST'
 # --- runs in the guest (busybox sh), sourced by /init ---
-for s in a-origin a-cow b-origin b-cow c-origin c-cow; do
+for s in a-origin a-cow b-origin b-cow c-origin c-cow e-origin e-cow; do
     d=$(disk_by_serial "$s") || { fail "no virtio disk with serial $s"; continue; }
     eval "$(echo "$s" | tr - _)=$d"
 done
@@ -334,6 +360,23 @@ if dmc create sfg-c-snap --table "0 $SECTORS snapshot $c_origin $c_cow P 8" 2>/t
 else
     fail "(c) dmsetup create: $(cat /tmp/dm.err) $(dmesg | tail -n 5)"
 fi
+
+say "=== (e) the kernel rewrites the header of snapfg's store ==="
+step "(e) dmsetup create"
+if dmc create sfg-e-snap --table "0 $SECTORS snapshot $e_origin $e_cow P 8" 2>/tmp/dm.err &&
+   dmc create sfg-e-origin --table "0 $SECTORS snapshot-origin $e_origin" 2>>/tmp/dm.err; then
+    write_at /dev/mapper/sfg-e-origin /data/e-o1 65536 32 || true
+    sync
+    st=$(dmc status sfg-e-snap 2>&1)
+    say "dmsetup status sfg-e-snap: $st"
+    case $st in *Invalid*) say "ok: (e) the kernel invalidated snapfg's store" ;;
+                *) fail "(e) the kernel did not invalidate the overflowing store: $st" ;; esac
+    dmc remove sfg-e-origin || fail "(e) dmsetup remove sfg-e-origin"
+    dmc remove sfg-e-snap || fail "(e) dmsetup remove sfg-e-snap"
+    sync "$e_cow" "$e_origin"
+else
+    fail "(e) dmsetup create over snapfg's store: $(cat /tmp/dm.err) $(dmesg | tail -n 5)"
+fi
 GUEST
 
 guest_run "$tmpdir/guest.sh" || true
@@ -354,6 +397,12 @@ if [ -f "$tmpdir/d-expect-snap.img" ]; then
     info "(d): the store after the kernel's appends: $(grep -E '^(valid|exceptions|metadata areas|status):' "$tmpdir/d-inspect2.out" | tr '\n' ' ')"
     check_status "(d): the kernel's status = snapfgctl inspect's" \
         "$(guest_val d_dm_status2 | tr _ ' ')" "$(sed -n 's/^status: //p' "$tmpdir/d-inspect2.out")"
+    dd if="$tmpdir/b-cow.img" of="$tmpdir/d-tail-after" bs=1 skip=16 count=496 status=none
+    check_files "$tmpdir/d-tail-after" "$tmpdir/d-tail-before" \
+        "(d): bytes 16..511 of the header chunk are as snapfg left them after the kernel's appends"
+    grep -q '^binding: snapshot snapshot,.* start-up, state attached' "$tmpdir/d-inspect2.out" &&
+        info "ok: (d): snapfgctl inspect still reads snapfg's binding: $(grep '^binding:' "$tmpdir/d-inspect2.out")" ||
+        check_fail "(d): the binding after the kernel's appends: $(grep '^binding' "$tmpdir/d-inspect2.out")"
     start_snapfg "$tmpdir/d.sock" "$tmpdir/d.pid" origin="$tmpdir/b-origin.img" cow="$tmpdir/b-cow.img" cow-size=4M
     check_export "$(uri "$tmpdir/d.sock" snapshot)" "$tmpdir/d-expect-snap.img" \
         "(d): snapfg's snapshot export after the kernel's appends = expected"
@@ -418,4 +467,27 @@ assert h.pread(8192, 4 * 2**20 + 4096) == buf
 h.shutdown()
 PY
 stop_nbdkit "$tmpdir/c.pid"
+
+# ---------------------------------------------------------------- (e) host
+info "(e) snapfg's store after the kernel invalidated it"
+valid=$(header_field "$tmpdir/e-cow.img" 1)
+[ "$valid" = 0 ] && info "ok: (e): the kernel wrote valid = 0" ||
+    check_fail "(e): after the overflow the header says valid = $valid"
+dd if="$tmpdir/e-cow.img" of="$tmpdir/e-tail-after" bs=1 skip=16 count=496 status=none
+if cmp -s "$tmpdir/e-tail-after" "$tmpdir/e-tail-before"; then
+    info "(e): the kernel kept bytes 16..511 when it invalidated the store"
+elif [ "$(tr -d '\0' <"$tmpdir/e-tail-after" | wc -c)" = 0 ]; then
+    info "(e): the kernel zeroed bytes 16..511 when it rewrote the header (the binding goes with the store's validity)"
+else
+    check_fail "(e): the kernel left bytes 16..511 neither as they were nor zero"
+fi
+"$SNAPFGCTL" inspect "$tmpdir/e-cow.img" >"$tmpdir/e-inspect2.out" 2>&1 || true
+grep -q '^status: Invalid' "$tmpdir/e-inspect2.out" &&
+    info "ok: (e): snapfgctl inspect: $(grep -E '^(binding|status):' "$tmpdir/e-inspect2.out" | tr '\n' ' ')" ||
+    check_fail "(e): inspect after the kernel's invalidation: $(cat "$tmpdir/e-inspect2.out")"
+start_snapfg "$tmpdir/e.sock" "$tmpdir/e.pid" origin="$tmpdir/e-origin.img" cow="$tmpdir/e-cow.img"
+nbdinfo --list "$(uri "$tmpdir/e.sock")" 2>&1 | grep -q 'Invalid' &&
+    info "ok: (e): snapfg opens the store the kernel invalidated as Invalid" ||
+    check_fail "(e): snapfg's description of the store is not Invalid"
+stop_nbdkit "$tmpdir/e.pid"
 finish

@@ -17,6 +17,7 @@
 #include "engine.h"
 #include "device.h"
 #include "control-server.h"
+#include "catalogue.h"
 #include "snapfg-log.h"
 
 /* Parameters (see nbdkit-snapfg-plugin(1)). */
@@ -36,8 +37,11 @@ static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
 static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
 static char *control_path;
+static unsigned max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS;
+static char *state_path;
 
 static struct snapfg_engine *engine;
+static struct catalogue *catalogue;
 static struct control_server *control;
 
 static void
@@ -52,10 +56,25 @@ log_debug (const char *fmt, va_list args)
   nbdkit_vdebug (fmt, args);
 }
 
+/* nbdkit has no level between debug (only with -v) and error: notices
+ * (who created or dropped which snapshot) go to nbdkit's stderr, in the
+ * shape of its own messages.  One fprintf, so that lines from several
+ * threads do not mix.
+ */
+static void
+log_notice (const char *fmt, va_list args)
+{
+  char msg[1024];
+
+  vsnprintf (msg, sizeof msg, fmt, args);
+  fprintf (stderr, "nbdkit: snapfg: %s\n", msg);
+}
+
 static void
 plugin_load (void)
 {
   snapfg_set_log (log_error, log_debug);
+  snapfg_set_notice_log (log_notice);
 }
 
 static void
@@ -66,6 +85,9 @@ plugin_unload (void)
   control = NULL;
   snapfg_engine_close (engine);
   engine = NULL;
+  catalogue_close (catalogue);  /* after the engine: it records into it */
+  catalogue = NULL;
+  free (state_path);
   free (origin_path);
   free (cow_path);
   for (size_t i = 0; i < nextra_snapshots; ++i) {
@@ -125,6 +147,19 @@ plugin_config (const char *key, const char *value)
     if (colon == NULL || colon == value || colon[1] == '\0') {
       nbdkit_error ("snapshot=%s: expected snapshot=NAME:COW", value);
       return -1;
+    }
+    else {
+      char *name = strndup (value, colon - value);
+      if (name == NULL) {
+        nbdkit_error ("strndup: %m");
+        return -1;
+      }
+      problem = snapfg_check_snapshot_name (name);
+      free (name);
+      if (problem) {
+        nbdkit_error ("snapshot=%s: bad snapshot name: %s", value, problem);
+        return -1;
+      }
     }
     list = realloc (extra_snapshots,
                     (nextra_snapshots + 1) * sizeof *list);
@@ -193,11 +228,26 @@ plugin_config (const char *key, const char *value)
       return -1;
     }
   }
+  else if (strcmp (key, "max-snapshots") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &max_snapshots) == -1)
+      return -1;
+    if (max_snapshots == 0) {
+      nbdkit_error ("max-snapshots=%s: must be at least 1", value);
+      return -1;
+    }
+  }
   else if (strcmp (key, "control") == 0) {
     free (control_path);
     /* nbdkit changes directory when it forks: keep the path absolute. */
     control_path = nbdkit_absolute_path (value);
     if (control_path == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "state") == 0) {
+    free (state_path);
+    /* May not exist yet; nbdkit changes directory when it forks. */
+    state_path = nbdkit_absolute_path (value);
+    if (state_path == NULL)
       return -1;
   }
   else {
@@ -208,6 +258,39 @@ plugin_config (const char *key, const char *value)
   return 0;
 }
 
+/* A snapshot named on the command line.  With state= it may be back
+ * from the catalogue already (the same name and COW): nothing to do.
+ */
+static int
+startup_snapshot (const char *name, const char *cow)
+{
+  struct snapfg_snapshot_options snap = {
+    .name = name,
+    .cow_path = cow,
+    .store_type = store_type,
+    .chunk_size = chunk_size,
+    .cow_size = cow_size,
+    .attach = SNAPFG_ATTACH_STARTUP,
+  };
+  struct snapfg_snapshot *s = snapfg_snapshot_get (engine, name);
+
+  if (s) {
+    struct snapfg_snapshot_info info;
+    bool same;
+
+    snapfg_snapshot_info (s, &info);
+    same = strcmp (info.cow_path, cow) == 0;
+    snapfg_snapshot_put (s);
+    if (same)
+      return 0;
+    nbdkit_error ("snapshot %s (COW %s): the catalogue %s already has a "
+                  "snapshot of that name, with COW %s", name, cow,
+                  state_path, info.cow_path);
+    return -1;
+  }
+  return snapfg_snapshot_create (engine, &snap) < 0 ? -1 : 0;
+}
+
 static int
 plugin_config_complete (void)
 {
@@ -215,6 +298,7 @@ plugin_config_complete (void)
     .origin_path = origin_path,
     .locking = locking,
     .block_size = block_size,
+    .max_snapshots = max_snapshots,
   };
 
   if (origin_path == NULL) {
@@ -237,30 +321,40 @@ plugin_config_complete (void)
   if (snapfg_engine_open (&opts, &engine) < 0)
     return -1;
 
-  if (cow_path) {
-    struct snapfg_snapshot_options snap = {
-      .name = SNAPFG_STARTUP_SNAPSHOT,
-      .cow_path = cow_path,
-      .store_type = store_type,
-      .chunk_size = chunk_size,
-      .cow_size = cow_size,
+  /* The catalogue's snapshots come back first, under their names, and
+   * an interrupted merge is set up again: all before any client.
+   */
+  if (state_path) {
+    struct catalogue_origin origin = {
+      .path = snapfg_origin_path (engine),
+      .size = snapfg_size (engine),
     };
-    if (snapfg_snapshot_create (engine, &snap) < 0)
+    if (catalogue_open (state_path, &origin, &catalogue) < 0)
       return -1;
+    snapfg_engine_set_catalogue (engine, catalogue);
+    if (snapfg_engine_restore (engine) < 0)
+      goto fail;
   }
+
+  if (cow_path &&
+      startup_snapshot (SNAPFG_STARTUP_SNAPSHOT, cow_path) < 0)
+    goto fail;
   /* Then the snapshot= ones, in order, with the same store settings. */
-  for (size_t i = 0; i < nextra_snapshots; ++i) {
-    struct snapfg_snapshot_options snap = {
-      .name = extra_snapshots[i].name,
-      .cow_path = extra_snapshots[i].cow_path,
-      .store_type = store_type,
-      .chunk_size = chunk_size,
-      .cow_size = cow_size,
-    };
-    if (snapfg_snapshot_create (engine, &snap) < 0)
-      return -1;
-  }
+  for (size_t i = 0; i < nextra_snapshots; ++i)
+    if (startup_snapshot (extra_snapshots[i].name,
+                          extra_snapshots[i].cow_path) < 0)
+      goto fail;
   return 0;
+
+ fail:
+  /* A catalogue this start created goes again (with what the engine
+   * recorded in it: its snapshots are discarded with the engine).
+   */
+  snapfg_engine_close (engine);
+  engine = NULL;
+  catalogue_abandon (catalogue);
+  catalogue = NULL;
+  return -1;
 }
 
 /* Bind the control socket now, while errors still reach the user. */
@@ -303,7 +397,9 @@ plugin_cleanup (void)
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
   "locking=striped|global Exception table locking (default striped).\n" \
-  "control=<SOCKET>      Unix socket for snapfgctl (mode 0600)."
+  "max-snapshots=<N>     Most snapshots at once (default 32).\n" \
+  "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
+  "state=<FILE>          The origin's catalogue: snapshots survive restarts."
 
 /* A connection's view: the origin, or one snapshot. */
 struct handle {

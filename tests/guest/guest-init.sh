@@ -113,7 +113,7 @@ nbd_attach() {
     fi
     eval "relay_${dev##*/}=$!"
     wait_for "$sock" 50 || { fail "socat relay for $dev did not start"; return 1; }
-    if timeout 120 nbd-client -N "$exp" -t 120 "$@" -unix "$sock" "$dev" >/tmp/nbdc.out 2>&1; then
+    if timeout 120 /usr/bin/nbd-client -N "$exp" -t 120 "$@" -unix "$sock" "$dev" >/tmp/nbdc.out 2>&1; then
         say "attached export '$exp' to $dev ($*) via$ports: $(grep -E 'size|Connected' /tmp/nbdc.out | tr '\n' ' ')"
         return 0
     fi
@@ -133,7 +133,7 @@ nbd_relay_stop() {
 # kernel dropped the device and stop its relay.
 nbd_detach() {
     step "nbd_detach $1"
-    if timeout 60 nbd-client -d "$1" >/tmp/nbdd.out 2>&1; then
+    if timeout 60 /usr/bin/nbd-client -d "$1" >/tmp/nbdd.out 2>&1; then
         say "detached $1"
     else
         fail "nbd-client -d $1: $(cat /tmp/nbdd.out)"
@@ -163,11 +163,14 @@ ctl() {
 }
 
 # Debian's busybox sh runs its own applets before PATH (standalone
-# shell): util-linux's blkdiscard (with -z) has to be named in full.
+# shell), and so does its timeout: the real tools are named in full.
+# util-linux's blkdiscard has -z; busybox 1.37 (Debian 13) has an
+# nbd-client applet of its own, without netlink, -N or -C.
 blkdiscard() { /usr/bin/blkdiscard "$@"; }
+nbd_client() { /usr/bin/nbd-client "$@"; }
 
 # dmc ARGS: dmsetup without udev.
-dmc() { DM_DISABLE_UDEV=1 dmsetup --noudevsync "$@"; }
+dmc() { DM_DISABLE_UDEV=1 /usr/bin/dmsetup --noudevsync "$@"; }
 
 finish() {
     step finish

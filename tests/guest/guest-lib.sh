@@ -6,6 +6,8 @@
 #   guest_nbd_port NAME SOCK            # a virtio-serial port dialled to SOCK
 #   guest_disk SERIAL FILE [ro]         # FILE as a raw virtio disk
 #   guest_nbd_disk SERIAL SOCK EXPORT [ro]   # QEMU's NBD client as a virtio disk
+#   guest_nbd_uri_disk SERIAL SOCK EXPORT [OPT=V...]  # the same from an NBD URI,
+#                                       # with nbd driver options (reconnect-delay=)
 #   guest_file SRC NAME                 # ship SRC into the guest as /data/NAME
 #   guest_set VAR VALUE                 # shell variable for the guest script
 #   GUEST_CTL_HANDLER=func              # optional: host answers guest requests
@@ -55,7 +57,7 @@ GUEST_MEM=${SNAPFG_GUEST_MEM:-256}
 GUEST_CTL_HANDLER=${GUEST_CTL_HANDLER:-}
 GUEST_QEMU=${SNAPFG_GUEST_QEMU:-qemu-system-x86_64}
 # Bump when the cache layout or the initramfs contents change.
-_GUEST_FORMAT=2
+_GUEST_FORMAT=3
 
 # Kernel modules the guest loads (dependencies are added from each
 # module's depends= string, in load order).
@@ -63,7 +65,9 @@ _GUEST_MODULES=(virtio_pci virtio_blk virtio_console nbd dm_snapshot)
 # Userland packages fetched for the guest, and the binaries taken from them.
 # (util-linux: its blkdiscard has -z, BLKZEROOUT; busybox's has not.)
 _GUEST_PKGS=(busybox-static nbd-client socat dmsetup libdevmapper1.02.1 util-linux)
-_GUEST_BINS=(sbin/nbd-client usr/bin/socat sbin/dmsetup sbin/blkdiscard)
+# Names only: Debian 12 ships them under /sbin and /usr/bin, Debian 13
+# (merged /usr) under /usr/sbin and /usr/bin; _guest_bin finds them.
+_GUEST_BINS=(nbd-client socat dmsetup blkdiscard)
 
 _guest_qemu_args=()
 _guest_nports=0
@@ -95,7 +99,13 @@ guest_require() {
     exec {lockfd}>"$GUEST_CACHE/.lock"
     # Parallel tests share the cache: one builds, the others wait.
     flock -w 600 "$lockfd" || skip "guest cache $GUEST_CACHE is locked by another run for 10 minutes"
-    ( _guest_prepare ) >"$tmpdir/guest-prepare.log" 2>&1 || st=$?
+    # Not "( ... ) || st=$?": errexit would be off inside (see _guest_prepare).
+    local had_errexit=0
+    case $- in *e*) had_errexit=1 ;; esac
+    set +e
+    ( _guest_prepare ) >"$tmpdir/guest-prepare.log" 2>&1
+    st=$?
+    [ "$had_errexit" = 1 ] && set -e
     if [ "$st" -eq 0 ]; then
         GUEST_KDIR=$(readlink -f "$GUEST_CACHE/kernel-current")
         GUEST_INITRD=$(cat "$GUEST_CACHE/initramfs-current")
@@ -206,8 +216,16 @@ _guest_prepare_kernel() {
         _guest_download "$tmp" "$pkg"
         deb=$(ls "$tmp"/*.deb | head -n1)
         dpkg-deb -x "$deb" "$tmp/x"
-        kver=$(ls "$tmp/x/lib/modules" | head -n1)
-        mroot=$tmp/x/lib/modules/$kver
+        # /lib/modules on Debian 12, /usr/lib/modules on Debian 13
+        local mdir
+        for mdir in "$tmp/x/lib/modules" "$tmp/x/usr/lib/modules" ""; do
+            [ -z "$mdir" ] || [ -d "$mdir" ] && break
+        done
+        [ -n "$mdir" ] || { echo "no lib/modules or usr/lib/modules in $deb"; return 1; }
+        kver=$(ls "$mdir" | head -n1)
+        mroot=$mdir/$kver
+        [ -n "$kver" ] && [ -d "$mroot" ] || { echo "no kernel version directory in $mdir ($deb)"; return 1; }
+        [ -f "$tmp/x/boot/vmlinuz-$kver" ] || { echo "no boot/vmlinuz-$kver in $deb"; return 1; }
         mkdir -p "$tmp/out/modules"
         cp "$tmp/x/boot/vmlinuz-$kver" "$tmp/out/vmlinuz"
         declare -A ko=()
@@ -228,7 +246,7 @@ _guest_prepare_kernel() {
             order+=("$m")
             _guest_ko_cat "${ko[$m]}" >"$tmp/out/modules/$m.ko"
         }
-        for m in "${_GUEST_MODULES[@]}"; do _guest_add_mod "$m"; done
+        for m in "${_GUEST_MODULES[@]}"; do _guest_add_mod "$m" || return 1; done
         printf '%s\n' "${order[@]}" >"$tmp/out/modules/load-order"
         echo "$kver" >"$tmp/out/kver"
         echo "$pkg" >"$tmp/out/pkg"
@@ -238,8 +256,9 @@ _guest_prepare_kernel() {
         mv "$tmp/out" "$kdir"
         rm -rf "$tmp"
     fi
-    echo "$GUEST_KERNEL_PKG" >"$kdir/metapkg"
-    ln -sfn "${kdir##*/}" "$link"
+    echo "$GUEST_KERNEL_PKG" >"$kdir/metapkg.tmp"
+    mv "$kdir/metapkg.tmp" "$kdir/metapkg"
+    _guest_link "${kdir##*/}" "$link"
 }
 
 # _guest_lib_path ROOT: library directories of an unpacked package tree.
@@ -247,12 +266,24 @@ _guest_lib_path() {
     echo "$1/lib/x86_64-linux-gnu:$1/usr/lib/x86_64-linux-gnu:$1/lib:$1/usr/lib"
 }
 
+# _guest_bin ROOT NAME: the path of the binary NAME in an unpacked
+# package tree, in whichever of the usual directories it is.
+_guest_bin() {
+    local d
+    for d in usr/sbin usr/bin sbin bin; do
+        [ -f "$1/$d/$2" ] && { echo "$1/$d/$2"; return 0; }
+    done
+    echo "$2 not found under $1/{usr/sbin,usr/bin,sbin,bin} (packages: ${_GUEST_PKGS[*]})" >&2
+    return 1
+}
+
 # _guest_missing_libs ROOT: sonames the host's loader cannot resolve for
 # the guest binaries, even with ROOT's libraries added.
 _guest_missing_libs() {
-    local b
+    local b p
     for b in "${_GUEST_BINS[@]}"; do
-        LD_LIBRARY_PATH=$(_guest_lib_path "$1") ldd "$1/$b" 2>/dev/null |
+        p=$(_guest_bin "$1" "$b") || { echo "MISSING-BINARY-$b"; continue; }
+        LD_LIBRARY_PATH=$(_guest_lib_path "$1") ldd "$p" 2>/dev/null |
             awk '/not found/ { print $1 }'
     done | sort -u
 }
@@ -272,6 +303,7 @@ _guest_prepare_userland() {
     _guest_download "$tmp/debs" "${_GUEST_PKGS[@]}"
     x=$tmp/x
     for deb in "$tmp"/debs/*.deb; do dpkg-deb -x "$deb" "$x"; done
+    for b in busybox "${_GUEST_BINS[@]}"; do _guest_bin "$x" "$b" >/dev/null; done
     # Library packages the host lacks: follow the packages' Depends (lib*
     # only, never libc6) until every soname resolves, at most 4 rounds.
     for _ in 1 2 3 4; do
@@ -299,9 +331,11 @@ _guest_prepare_userland() {
     # tools in /usr/bin, first in the guest's PATH, so that busybox's
     # applets of the same name (blkdiscard) do not shadow them.
     mkdir -p "$out/bin" "$out/usr/bin" "$out/lib64"
-    cp "$x/bin/busybox" "$out/bin/busybox"
+    p=$(_guest_bin "$x" busybox)
+    cp "$p" "$out/bin/busybox"
     for b in "${_GUEST_BINS[@]}"; do
-        cp "$x/$b" "$out/usr/bin/"
+        p=$(_guest_bin "$x" "$b")
+        cp "$p" "$out/usr/bin/"
         # the libraries exactly as the host's loader resolves them (the
         # unpacked ones first)
         while IFS= read -r lib; do
@@ -311,7 +345,7 @@ _guest_prepare_userland() {
             d=/lib/x86_64-linux-gnu/${d##*/}
             case $lib in /lib64/*) d=$lib ;; esac
             [ -e "$out$d" ] || { mkdir -p "$out${d%/*}"; cp -L "$lib" "$out$d"; }
-        done < <(LD_LIBRARY_PATH=$(_guest_lib_path "$x") ldd "$x/$b" |
+        done < <(LD_LIBRARY_PATH=$(_guest_lib_path "$x") ldd "$p" |
                  awk '/=> \// { print $3 } /^[[:space:]]*\// { print $1 }')
     done
     for deb in "$tmp"/debs/*.deb; do
@@ -323,7 +357,7 @@ _guest_prepare_userland() {
     rm -rf "$GUEST_CACHE/userland-$key"
     mv "$out" "$GUEST_CACHE/userland-$key"
     rm -rf "$tmp"
-    ln -sfn "userland-$key" "$link"
+    _guest_link "userland-$key" "$link"
     # older userland trees (initramfs images are built from the current one)
     for d in "$GUEST_CACHE"/userland-*; do
         case ${d##*/} in
@@ -358,11 +392,25 @@ _guest_prepare_initramfs() {
         # keep the four newest
         ls -t "$GUEST_CACHE"/initramfs-*.cpio.gz 2>/dev/null | tail -n +5 | xargs -r rm -f
     fi
-    echo "$out" >"$GUEST_CACHE/initramfs-current"
+    echo "$out" >"$GUEST_CACHE/initramfs-current.tmp"
+    mv "$GUEST_CACHE/initramfs-current.tmp" "$GUEST_CACHE/initramfs-current"
 }
 
+# _guest_link TARGET LINK: point the symlink LINK at TARGET atomically
+# (a new link renamed over the old one).
+_guest_link() {
+    ln -sfn "$1" "$2.tmp"
+    mv -T "$2.tmp" "$2"
+}
+
+# _guest_prepare: fetch and build what is missing from the cache.  Run
+# it in a subshell that is not in a || or && list (bash ignores set -e
+# there, even when the subshell sets it again): any failing step stops
+# it.  Each cache entry is built in a temporary directory and renamed
+# into place only when complete, so a failure leaves no broken entry.
 _guest_prepare() {
     set -euo pipefail
+    shopt -s inherit_errexit
     rm -rf "$GUEST_CACHE"/.kernel.* "$GUEST_CACHE"/.userland.* "$GUEST_CACHE"/.initramfs.*
     _guest_prepare_kernel
     _guest_prepare_userland
@@ -383,13 +431,16 @@ guest_nbd_port() {
 }
 
 # guest_disk SERIAL FILE [ro]: FILE as a raw virtio-blk disk; the guest
-# finds it with disk_by_serial SERIAL.
+# finds it with disk_by_serial SERIAL.  QEMU takes no image locks on it
+# (file.locking=off): the tests hand the same files to snapfg on the
+# host while the VM runs (the guest does not use them meanwhile), and
+# snapfg locks its origin and COW files.
 guest_disk() {
     local ro=off
     [ "${3:-}" = ro ] && ro=on
     _guest_need_path "$2"
     _guest_ndisks=$((_guest_ndisks + 1))
-    _guest_qemu_args+=(-drive "if=none,id=disk$_guest_ndisks,file=$2,format=raw,cache=none,aio=threads,readonly=$ro"
+    _guest_qemu_args+=(-drive "if=none,id=disk$_guest_ndisks,file=$2,format=raw,cache=none,aio=threads,readonly=$ro,file.locking=off"
                        -device "virtio-blk-pci,drive=disk$_guest_ndisks,serial=$1,event_idx=off")
 }
 
@@ -405,6 +456,21 @@ guest_nbd_disk() {
     [ -z "$3" ] || file+=":exportname=$3"     # none: the default export ""
     _guest_qemu_args+=(-drive "if=none,id=disk$_guest_ndisks,file=$file,format=raw,cache=none,discard=unmap,readonly=$ro"
                        -device "virtio-blk-pci,drive=disk$_guest_ndisks,serial=$1,event_idx=off")
+}
+
+# guest_nbd_uri_disk SERIAL SOCK EXPORT [NBD-OPTION...]: like
+# guest_nbd_disk, but QEMU opens an NBD URI
+# (file=nbd+unix:///EXPORT?socket=SOCK) and takes options of its nbd
+# driver, e.g. reconnect-delay=60: requests wait up to 60 s for the
+# server to come back instead of failing.
+guest_nbd_uri_disk() {
+    local serial=$1 sock=$2 exp=$3 o opts=""
+    shift 3
+    _guest_need_path "$sock"
+    for o in "$@"; do opts+=",file.$o"; done
+    _guest_ndisks=$((_guest_ndisks + 1))
+    _guest_qemu_args+=(-drive "if=none,id=disk$_guest_ndisks,file=nbd+unix:///$exp?socket=$sock$opts,format=raw,cache=none,discard=unmap"
+                       -device "virtio-blk-pci,drive=disk$_guest_ndisks,serial=$serial,event_idx=off")
 }
 
 # QEMU's option syntax splits on ',' and the nbd: syntax on ':'.

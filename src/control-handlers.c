@@ -1,0 +1,536 @@
+/* snapfg: the control commands' handlers (see control-handlers.h). */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+
+#include "control-handlers.h"
+#include "device.h"
+#include "snapfg-log.h"
+
+/* --- capturing the engine's errors --- */
+
+/* Engine errors logged while a command runs on the control thread, one
+ * per line; the reply carries the last one.  They are logged once the
+ * outcome is known (see control_execute).  Only the control thread
+ * writes these (the hook is installed on it alone), so they need not be
+ * thread-local, which in a dlopened plugin would cost static TLS space.
+ */
+static char captured[2048];
+static size_t captured_len;
+static char last_error[512];
+
+static void
+capture_error (const char *fmt, va_list args)
+{
+  int n;
+
+  vsnprintf (last_error, sizeof last_error, fmt, args);
+  n = snprintf (captured + captured_len, sizeof captured - captured_len,
+                "%s\n", last_error);
+  if (n > 0)
+    captured_len += (size_t) n < sizeof captured - captured_len
+      ? (size_t) n : sizeof captured - captured_len - 1;
+}
+
+void
+control_handlers_thread_init (void)
+{
+  snapfg_set_thread_error_hook (capture_error);
+}
+
+/* Did the request cause this error (a debug message), or is it the
+ * server's trouble (an error in the log)?
+ */
+static bool
+is_server_trouble (int err)
+{
+  switch (err) {
+  case EIO: case ENOMEM: case ENOSPC: case EDQUOT: case EROFS: case EFBIG:
+  case ENXIO: case ENODEV:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* snapfg_error on this thread would come back to capture_error. */
+void
+control_log_error (const char *fmt, ...)
+{
+  char msg[1024];
+  va_list args;
+
+  va_start (args, fmt);
+  vsnprintf (msg, sizeof msg, fmt, args);
+  va_end (args);
+  snapfg_set_thread_error_hook (NULL);
+  snapfg_error ("%s", msg);
+  snapfg_set_thread_error_hook (capture_error);
+}
+
+static void
+log_captured (bool as_error, const char *who)
+{
+  char *line = captured, *nl;
+
+  while (line < captured + captured_len &&
+         (nl = strchr (line, '\n')) != NULL) {
+    *nl = '\0';
+    if (as_error)
+      control_log_error ("%s%s", who, line);
+    else
+      snapfg_debug ("%s%s", who, line);
+    line = nl + 1;
+  }
+  captured_len = 0;
+  captured[0] = '\0';
+}
+
+/* --- JSON helpers --- */
+
+json_t *
+control_json_text (const char *s)
+{
+  json_t *v = json_string (s);
+  char *copy;
+
+  if (v || s == NULL)
+    return v ? v : json_null ();
+  copy = strdup (s);
+  if (copy == NULL)
+    return NULL;
+  for (char *p = copy; *p; ++p)
+    if ((unsigned char) *p >= 0x80)
+      *p = '?';
+  v = json_string (copy);
+  free (copy);
+  return v;
+}
+
+static void
+set_text (json_t *obj, const char *key, const char *value)
+{
+  json_object_set_new (obj, key, control_json_text (value));
+}
+
+static void
+set_int (json_t *obj, const char *key, uint64_t value)
+{
+  json_object_set_new (obj, key, json_integer ((json_int_t) value));
+}
+
+/* A number rounded to 'decimals' places (printed without float noise). */
+static void
+set_real (json_t *obj, const char *key, double value, int decimals)
+{
+  double scale = 1;
+
+  while (decimals-- > 0)
+    scale *= 10;
+
+  json_object_set_new (obj, key,
+                       json_real ((double) (int64_t) (value * scale + 0.5)
+                                  / scale));
+}
+
+static char *
+dump_line (json_t *obj)
+{
+  char *s = json_dumps (obj, JSON_COMPACT | JSON_REAL_PRECISION (15));
+  size_t len;
+  char *line;
+
+  if (s == NULL)
+    return NULL;
+  len = strlen (s);
+  line = realloc (s, len + 2);
+  if (line == NULL) {
+    free (s);
+    return NULL;
+  }
+  line[len] = '\n';
+  line[len + 1] = '\0';
+  return line;
+}
+
+char *
+control_error_reply (const char *msg)
+{
+  json_t *obj = json_object ();
+  char *line;
+
+  if (obj == NULL)
+    return NULL;
+  json_object_set_new (obj, "ok", json_false ());
+  set_text (obj, "error", msg);
+  line = dump_line (obj);
+  json_decref (obj);
+  return line;
+}
+
+/* --- the handlers --- */
+
+static json_t *
+snapshot_json (struct snapfg_snapshot *s)
+{
+  struct snapfg_snapshot_info info;
+  json_t *o = json_object ();
+
+  if (o == NULL)
+    return NULL;
+  snapfg_snapshot_info (s, &info);
+  set_text (o, "name", info.name);
+  set_text (o, "export", info.name);
+  set_text (o, "state", info.state);
+  set_text (o, "status", info.status);
+  /* The same usage as numbers, for scripts and monitoring. */
+  set_int (o, "allocated_bytes", info.allocated_sectors * 512);
+  set_int (o, "total_bytes", info.total_sectors * 512);
+  set_int (o, "metadata_bytes", info.metadata_sectors * 512);
+  set_real (o, "percent", info.total_sectors
+            ? 100.0 * info.allocated_sectors / info.total_sectors : 0, 2);
+  set_text (o, "store", info.store);
+  set_text (o, "cow", info.cow_path);
+  set_int (o, "chunk_size", info.chunk_size);
+  set_int (o, "exceptions", info.exceptions);
+  set_int (o, "connections", info.connections);
+  if (info.merge_total) {
+    set_int (o, "merge_done", info.merge_done);
+    set_int (o, "merge_total", info.merge_total);
+  }
+  return o;
+}
+
+static int
+no_such_snapshot (struct control_call *call, const char *name)
+{
+  snprintf (call->error, sizeof call->error,
+            "%s: no snapshot named \"%s\"", call->req->command->name, name);
+  return -ENOENT;
+}
+
+int
+control_do_status (struct control_call *call)
+{
+  const char *name = control_arg_string (call->req, "name");
+  struct snapfg_engine *e = call->e;
+  struct snapfg_view_stats vs;
+  struct snapfg_snapshot *s;
+  json_t *list = json_array (), *origin;
+
+  if (list == NULL)
+    return -ENOMEM;
+  if (name) {
+    s = snapfg_snapshot_get (e, name);
+    if (s == NULL) {
+      json_decref (list);
+      return no_such_snapshot (call, name);
+    }
+    json_array_append_new (list, snapshot_json (s));
+    snapfg_snapshot_put (s);
+    json_object_set_new (call->reply, "snapshots", list);
+    return 0;
+  }
+
+  snapfg_view_stats (e, NULL, &vs);
+  origin = json_object ();
+  if (origin == NULL) {
+    json_decref (list);
+    return -ENOMEM;
+  }
+  set_text (origin, "export", "origin");
+  set_text (origin, "path", snapfg_origin_path (e));
+  set_int (origin, "size", snapfg_size (e));
+  set_int (origin, "block_size", snapfg_block_size (e));
+  set_int (origin, "connections", vs.requests.connections);
+  json_object_set_new (call->reply, "origin", origin);
+  for (size_t i = 0; (s = snapfg_snapshot_get_nth (e, i)) != NULL; ++i) {
+    json_array_append_new (list, snapshot_json (s));
+    snapfg_snapshot_put (s);
+  }
+  json_object_set_new (call->reply, "snapshots", list);
+  return 0;
+}
+
+int
+control_do_list (struct control_call *call)
+{
+  return control_do_status (call);
+}
+
+static json_t *
+stats_json (const char *name, const struct snapfg_view_stats *vs)
+{
+  const uint64_t *c = vs->requests.counter;
+  json_t *o = json_object ();
+
+  if (o == NULL)
+    return NULL;
+  set_text (o, "export", name);
+  set_int (o, "connections", vs->requests.connections);
+  set_int (o, "requests", c[STAT_REQUESTS]);
+  set_int (o, "errors", c[STAT_ERRORS]);
+  set_int (o, "bytes_read", c[STAT_BYTES_READ]);
+  set_int (o, "bytes_written", c[STAT_BYTES_WRITTEN]);
+  set_int (o, "copy_outs", c[STAT_COPY_OUTS]);
+  set_int (o, "bytes_copied", c[STAT_BYTES_COPIED]);
+  set_int (o, "exceptions", vs->exceptions);
+  set_int (o, "pending_waits", c[STAT_PENDING_WAITS]);
+  set_int (o, "lock_contention", vs->lock_contention);
+  set_real (o, "latency_p50_us", vs->requests.latency_p50_ns / 1000.0, 1);
+  set_real (o, "latency_p99_us", vs->requests.latency_p99_ns / 1000.0, 1);
+  return o;
+}
+
+int
+control_do_stats (struct control_call *call)
+{
+  struct snapfg_view_stats vs;
+  struct snapfg_snapshot *s;
+  json_t *list = json_array ();
+
+  if (list == NULL)
+    return -ENOMEM;
+  snapfg_view_stats (call->e, NULL, &vs);
+  json_array_append_new (list, stats_json ("origin", &vs));
+  for (size_t i = 0; (s = snapfg_snapshot_get_nth (call->e, i)) != NULL;
+       ++i) {
+    snapfg_view_stats (call->e, s, &vs);
+    json_array_append_new (list, stats_json (snapfg_snapshot_name (s), &vs));
+    snapfg_snapshot_put (s);
+  }
+  json_object_set_new (call->reply, "exports", list);
+  return 0;
+}
+
+/* The ranges are written as text as they come: a disk with millions of
+ * scattered changed chunks would cost ~100 bytes a range as a tree.
+ * Only numbers go in here; the strings are encoded by jansson.
+ */
+struct changed_state {
+  char *buf;
+  size_t len, cap;
+  bool failed;
+  uint64_t bytes, count;
+};
+
+static void
+append (struct changed_state *cs, const char *s, size_t n)
+{
+  if (cs->failed)
+    return;
+  if (cs->len + n + 1 > cs->cap) {
+    size_t cap = cs->cap ? cs->cap * 2 : 4096;
+    char *p;
+
+    while (cap < cs->len + n + 1)
+      cap *= 2;
+    p = realloc (cs->buf, cap);
+    if (p == NULL) {
+      cs->failed = true;
+      return;
+    }
+    cs->buf = p;
+    cs->cap = cap;
+  }
+  memcpy (cs->buf + cs->len, s, n);
+  cs->len += n;
+  cs->buf[cs->len] = '\0';
+}
+
+static int
+append_range (void *opaque, uint64_t offset, uint64_t length)
+{
+  struct changed_state *cs = opaque;
+  char item[80];
+  int n = snprintf (item, sizeof item,
+                    "%s{\"offset\":%" PRIu64 ",\"length\":%" PRIu64 "}",
+                    cs->count ? "," : "", offset, length);
+
+  append (cs, item, n);
+  cs->count++;
+  cs->bytes += length;
+  return cs->failed ? -ENOMEM : 0;
+}
+
+int
+control_do_changed (struct control_call *call)
+{
+  const char *name = control_arg_string (call->req, "name");
+  struct snapfg_snapshot *s = snapfg_snapshot_get (call->e, name);
+  struct changed_state cs = { .buf = NULL };
+  json_t *jname;
+  char *name_text, head[64];
+  int r;
+
+  if (s == NULL)
+    return no_such_snapshot (call, name);
+  jname = control_json_text (name);
+  name_text = jname ? json_dumps (jname, JSON_ENCODE_ANY) : NULL;
+  json_decref (jname);
+  if (name_text == NULL) {
+    snapfg_snapshot_put (s);
+    return -ENOMEM;
+  }
+  append (&cs, "{\"ok\":true,\"name\":", 18);
+  append (&cs, name_text, strlen (name_text));
+  free (name_text);
+  /* The byte count is known at the end only: leave room for it. */
+  append (&cs, ",\"ranges\":[", 11);
+  r = snapfg_snapshot_changed (s, append_range, &cs);
+  snapfg_snapshot_put (s);
+  if (r == 0 && !cs.failed) {
+    int n = snprintf (head, sizeof head, "],\"bytes\":%" PRIu64 "}\n",
+                      cs.bytes);
+    append (&cs, head, n);
+  }
+  if (r < 0 || cs.failed) {
+    free (cs.buf);
+    if (r == 0)
+      r = -ENOMEM;
+    if (last_error[0] == '\0')
+      snprintf (call->error, sizeof call->error, "changed %s: %s", name,
+                strerror (-r));
+    return r;
+  }
+  call->raw_reply = cs.buf;
+  return 0;
+}
+
+int
+control_do_create (struct control_call *call)
+{
+  const struct control_request *req = call->req;
+  const char *cow = control_arg_string (req, "cow");
+  uint64_t chunk_size = control_arg_size (req, "chunk_size");
+  struct snapfg_snapshot_options o = {
+    .name = control_arg_string (req, "name"),
+    .cow_path = cow,
+    .store_type = control_arg_string (req, "store"),
+    .chunk_size = chunk_size,
+    .cow_size = control_arg_size (req, "cow_size"),
+  };
+  struct snapfg_snapshot *s;
+  int r;
+
+  if (chunk_size > UINT32_MAX) {
+    snprintf (call->error, sizeof call->error,
+              "chunk_size: must be between 512 and 1M");
+    return -EINVAL;
+  }
+  if (cow && cow[0] != '/' && !device_is_uri (cow)) {
+    /* The server's working directory is "/", not the client's. */
+    snprintf (call->error, sizeof call->error,
+              "cow: the path must be absolute (or an NBD URI)");
+    return -EINVAL;
+  }
+  r = snapfg_snapshot_create (call->e, &o);
+  if (r < 0)
+    return r;
+  s = snapfg_snapshot_get (call->e, o.name);
+  if (s) {
+    json_object_set_new (call->reply, "snapshot", snapshot_json (s));
+    snapfg_snapshot_put (s);
+  }
+  return 0;
+}
+
+int
+control_do_drop (struct control_call *call)
+{
+  return snapfg_snapshot_drop (call->e,
+                               control_arg_string (call->req, "name"));
+}
+
+int
+control_do_set_block_size (struct control_call *call)
+{
+  uint64_t block_size = control_arg_size (call->req, "block_size");
+
+  if (block_size > UINT32_MAX) {
+    snprintf (call->error, sizeof call->error,
+              "block size %" PRIu64 ": must be 512 or 4096", block_size);
+    return -EINVAL;
+  }
+  return snapfg_set_block_size (call->e, block_size);
+}
+
+int
+control_do_merge (struct control_call *call)
+{
+  return snapfg_snapshot_merge (call->e,
+                                control_arg_string (call->req, "name"));
+}
+
+/* --- the dispatcher --- */
+
+static control_handler *const handlers[CONTROL_NCOMMANDS] = {
+#define CONTROL_COMMAND(id, name, handler, flags, summary) \
+  [CONTROL_##id] = handler,
+#define CONTROL_ARG(cmd, key, type, flags, option, metavar, help)
+#include "control-commands.def"
+#undef CONTROL_COMMAND
+#undef CONTROL_ARG
+};
+
+char *
+control_execute (struct snapfg_engine *e, const struct control_request *req,
+                 const struct control_peer *peer)
+{
+  struct control_call call = {
+    .e = e, .req = req, .peer = peer,
+  };
+  bool action = req->command->flags & CONTROL_CMD_ACTION;
+  char who[160], *asked, *line;
+  int r;
+
+  last_error[0] = '\0';
+  captured_len = 0;
+  captured[0] = '\0';
+  call.reply = json_object ();
+  if (call.reply == NULL)
+    return NULL;
+  json_object_set_new (call.reply, "ok", json_true ());
+  r = handlers[req->command->cmd] (&call);
+  if (r < 0 && call.error[0] == '\0')
+    snprintf (call.error, sizeof call.error, "%s",
+              last_error[0] ? last_error : strerror (-r));
+
+  /* Who asked what, for the log.  The request is printed as JSON, so a
+   * name with odd characters cannot forge a log line.
+   */
+  asked = json_dumps (req->json, JSON_COMPACT);
+  snprintf (who, sizeof who, "control: pid %d uid %d: ", (int) peer->pid,
+            (int) peer->uid);
+  if (r < 0) {
+    /* What the engine said (with the details), else the handler's own
+     * message, logged with who asked.
+     */
+    bool trouble = is_server_trouble (-r);
+    if (captured_len == 0) {
+      snprintf (captured, sizeof captured, "%s\n", call.error);
+      captured_len = strlen (captured);
+    }
+    log_captured (trouble, who);
+    snapfg_debug ("%s%s: %s: refused", who, req->command->name,
+                  asked ? asked : "?");
+    line = control_error_reply (call.error);
+    free (call.raw_reply);
+  }
+  else {
+    log_captured (true, who);
+    if (action)
+      snapfg_notice ("%s%s: %s: done", who, req->command->name,
+                     asked ? asked : "?");
+    line = call.raw_reply ? call.raw_reply : dump_line (call.reply);
+  }
+  free (asked);
+  json_decref (call.reply);
+  return line;
+}

@@ -1,0 +1,225 @@
+/* snapfg: a snapshot's life beyond one server run (DESIGN.md section 7):
+ * the catalogue (state=) records every snapshot, drop and merge; a
+ * restart brings them back; a COW store is never this server's own
+ * export nor a file some snapshot still holds.
+ *
+ * The rule everything here serves: a snapshot is served as valid only if
+ * every change to the origin since its instant went through a server
+ * that held it.  The catalogue tells a restart which stores those are;
+ * the stores' binding records (store-binding.c) refuse every other way
+ * back in.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine-internal.h"
+#include "catalogue.h"
+#include "self-reference.h"
+#include "snapfg-log.h"
+
+void
+snapfg_engine_set_catalogue (struct snapfg_engine *e, struct catalogue *cat)
+{
+  e->catalogue = cat;
+}
+
+int
+lifecycle_record (struct snapfg_engine *e, struct snapfg_snapshot *s,
+                  const struct snapfg_snapshot_options *o,
+                  const char *store_type)
+{
+  struct catalogue_snapshot rec = {
+    .name = s->name,
+    .cow = s->store->dev.path,
+    .store = (char *) store_type,
+    .chunk_size = s->chunk_size,
+    .cow_size = o->cow_size,
+    .created = o->created ? o->created : (int64_t) time (NULL),
+    .state = (char *) CATALOGUE_SNAPSHOT_ACTIVE,
+    .owned = o->owned,
+  };
+
+  if (e->catalogue == NULL || o->attach == SNAPFG_ATTACH_RESTORE)
+    return 0;
+  if (s->store->uuid[0])
+    snprintf (rec.uuid, sizeof rec.uuid, "%s", s->store->uuid);
+  else
+    catalogue_uuid (rec.uuid);  /* a transient store has no binding */
+  return catalogue_snapshot_put (e->catalogue, &rec);
+}
+
+int
+lifecycle_merging (struct snapfg_engine *e, struct snapfg_snapshot *s)
+{
+  if (e->catalogue == NULL)
+    return 0;
+  return catalogue_snapshot_set_state (e->catalogue, s->name,
+                                       CATALOGUE_SNAPSHOT_MERGING);
+}
+
+void
+lifecycle_forget (struct snapfg_engine *e, struct snapfg_snapshot *s,
+                  const char *event)
+{
+  struct snapfg_store *st = s->store;
+
+  /* A dropped store can never be valid again: the origin moves on
+   * without it.  (A merged one is empty: nothing to protect.)
+   */
+  if (strcmp (event, "dropped") == 0 && st->ops->mark_dropped)
+    st->ops->mark_dropped (st);
+  if (e->catalogue) {
+    int r = catalogue_snapshot_remove (e->catalogue, s->name, event,
+                                       st->dev.path);
+    if (r < 0 && r != -ENOENT)
+      snapfg_error ("snapshot %s: the catalogue %s still lists it; a "
+                    "restart will find its store marked %s and finish "
+                    "forgetting it", s->name,
+                    catalogue_path (e->catalogue), event);
+  }
+  /* A store in the state directory is the catalogue's own: it goes with
+   * its snapshot (so that the name can be used again).  Connections still
+   * holding it keep their descriptor (and lock) until they close.
+   */
+  if (s->owned_cow && unlink (st->dev.path) == -1)
+    snapfg_error ("snapshot %s: cannot remove its store %s: %m",
+                  s->name, st->dev.path);
+}
+
+int
+lifecycle_check_cow (struct snapfg_engine *e, const char *path)
+{
+  char why[PATH_MAX + 128];
+  const char *holder = NULL;
+  int connections = 0;
+
+  if (device_is_uri (path) && self_reference_uri (path, why, sizeof why)) {
+    snapfg_error ("cow=%s: %s; a COW store on this server's own exports "
+                  "would write into the origin and deadlock on the first "
+                  "origin write; use a file, or an export of another "
+                  "server", path, why);
+    return -EINVAL;
+  }
+
+  /* Dropped snapshots still referenced by connections keep their store
+   * open (a transient one truncates its file when it finally closes):
+   * their file is not free yet.
+   */
+  pthread_mutex_lock (&engine_live_lock);
+  for (struct snapfg_snapshot *s = e->live; s; s = s->live_next)
+    if (s->store && device_is_named (&s->store->dev, path)) {
+      holder = s->name;
+      connections = atomic_load (&s->stats.connections);
+      break;
+    }
+  if (holder) {
+    snapfg_error ("cow=%s: still the COW store of snapshot \"%s\", dropped "
+                  "but still used by %d connection%s; every snapshot needs "
+                  "its own store: wait until they disconnect, or use "
+                  "another file", path, holder, connections,
+                  connections == 1 ? "" : "s");
+  }
+  pthread_mutex_unlock (&engine_live_lock);
+  return holder ? -EBUSY : 0;
+}
+
+/* A catalogue record whose store says it was dropped: the server died
+ * between marking the store and telling the catalogue.  Finish it.
+ */
+static void
+finish_forgetting (struct snapfg_engine *e,
+                   const struct catalogue_snapshot *rec, const char *event,
+                   const char *detail)
+{
+  catalogue_snapshot_remove (e->catalogue, rec->name, event, detail);
+  if (rec->owned)
+    unlink (rec->cow);
+}
+
+int
+snapfg_engine_restore (struct snapfg_engine *e)
+{
+  struct catalogue_snapshot *list;
+  size_t n;
+  int r;
+
+  if (e->catalogue == NULL)
+    return 0;
+  r = catalogue_snapshots (e->catalogue, &list, &n);
+  if (r < 0)
+    return r;
+
+  for (size_t i = 0; i < n && r == 0; ++i) {
+    const struct catalogue_snapshot *rec = &list[i];
+    struct snapfg_snapshot_options o = {
+      .name = rec->name,
+      .cow_path = rec->cow,
+      .store_type = rec->store,
+      .chunk_size = rec->chunk_size,
+      .cow_size = rec->cow_size,
+      .attach = SNAPFG_ATTACH_RESTORE,
+      .uuid = rec->uuid,
+      .merging = strcmp (rec->state, CATALOGUE_SNAPSHOT_MERGING) == 0,
+      .owned = rec->owned,
+      .created = rec->created,
+    };
+    struct snapfg_snapshot *s;
+
+    if (strcmp (rec->store, "persistent") != 0) {
+      /* A transient table lived in memory only. */
+      snapfg_debug ("state=%s: transient snapshot %s did not survive the "
+                    "restart: recorded as lost",
+                    catalogue_path (e->catalogue), rec->name);
+      finish_forgetting (e, rec, "lost",
+                         "transient: its exceptions were in memory only");
+      continue;
+    }
+
+    r = snapfg_snapshot_create (e, &o);
+    if (r == -ESTALE) {
+      snapfg_debug ("state=%s: snapshot %s was being dropped: done",
+                    catalogue_path (e->catalogue), rec->name);
+      finish_forgetting (e, rec, "dropped", "finished at restart");
+      r = 0;
+      continue;
+    }
+    if (r < 0) {
+      snapfg_error ("state=%s: cannot bring back snapshot \"%s\" (COW %s); "
+                    "see the error above: fix the store, or remove the "
+                    "snapshot's record from the catalogue",
+                    catalogue_path (e->catalogue), rec->name, rec->cow);
+      break;
+    }
+
+    /* The catalogue says merging but the store is not marked: the
+     * server died between the two.  Start the merge now (its thread
+     * starts with snapfg_engine_start_background, before any client).
+     */
+    s = snapfg_snapshot_get (e, rec->name);
+    if (s && o.merging && atomic_load (&s->state) != SNAPSHOT_MERGING) {
+      const char *problem;
+
+      percpu_rwlock_write_lock (&e->geometry);
+      problem = merge_prepare_locked (e, s, &r);
+      percpu_rwlock_write_unlock (&e->geometry);
+      if (problem) {
+        snapfg_error ("state=%s: cannot resume the merge of snapshot "
+                      "\"%s\": %s", catalogue_path (e->catalogue),
+                      rec->name, problem);
+        r = -EINVAL;
+      }
+    }
+    snapfg_snapshot_put (s);
+  }
+  catalogue_snapshots_free (list, n);
+  return r;
+}
