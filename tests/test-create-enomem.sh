@@ -6,14 +6,14 @@
 #    message saying memory ran out; the COW file it made is removed; a
 #    create afterwards works and the snapshot serves the origin's data.
 # 2. The same for a COW store carrying a merge mark (a merge killed by
-#    SNAPFG_TEST_CRASH_AT=merge:1), opened by a server with no snapshot:
-#    the engine marks such a store as the one being merged.  The failed
-#    create must leave no trace of it: a later create of another
-#    snapshot works, origin reads serve the origin file as it is, the
-#    merge-marked store is unchanged.  (The engine used to record the
-#    snapshot as being merged before the allocation whose failure frees
-#    it: every later create was refused, and origin requests went
-#    through freed memory.)
+#    SNAPFG_TEST_CRASH_AT=merge:1), reopened at start-up with cow=: the
+#    start is refused cleanly (no crash), the origin is unchanged, and a start without the hook resumes the merge, which
+#    ends with the origin equal to the snapshot's view.  (The engine used
+#    to record the snapshot as being merged before the allocation whose
+#    failure frees it.  When a run-time create could still open such a
+#    store, every later create was then refused and origin requests went
+#    through freed memory; a store now comes back only at start-up,
+#    where the failure stops the server.)
 set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
@@ -44,6 +44,7 @@ stop_nbdkit "$pid"
 SNAPFG_TEST_CRASH_AT=merge:1 \
     start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
 ctl_ok "create m" "$ctlsock" create m --cow "$tmpdir/m.cow" --chunk-size $chunk
+cp "$origin" "$tmpdir/snapview.img"
 fio write "$(uri "$sock" origin)" 0 $((64 * chunk)) --seed 5 >/dev/null ||
     fail "origin write of 64 chunks failed"
 ctl "$ctlsock" merge m || true      # the hook may kill it before the reply
@@ -55,27 +56,25 @@ rm -f "$ctlsock"
     info "ok: the killed merge left its mark in the store's header" ||
     fail "the store carries no merge mark after the killed merge"
 cp "$origin" "$tmpdir/origin-half-merged.img"
-sum_before=$(checksum "$tmpdir/m.cow")
 
-SNAPFG_TEST_FAIL_AT=snapshot-list \
-    start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
-st=0; ctl "$ctlsock" create m --cow "$tmpdir/m.cow" || st=$?
-if [ "$st" -eq 0 ]; then
-    check_fail "create of the merge-marked store succeeded although its list allocation failed"
-else
-    info "create of the merge-marked store refused: $(head -n1 "$tmpdir/ctl.err")"
-    grep -q "out of memory" "$tmpdir/ctl.err" ||
-        info "note: refused for another reason, before the list allocation"
+# The engine marks a merge-marked store as the one being merged when it
+# adds it; a store comes back only at start-up, so that is where it fails.
+err="$tmpdir/start.err"
+if SNAPFG_TEST_FAIL_AT=snapshot-list try_start_failure "$err" origin="$origin" cow="$tmpdir/m.cow"; then
+    info "ok: start-up refused: $(grep -m1 'out of memory' "$err" || head -n1 "$err")"
+    try_stderr "$err" "out of memory"
 fi
-ctl_ok "create of a new snapshot after the failed create" "$ctlsock" create b --cow "$tmpdir/b.cow"
-ctl_ok "status after the failed create" "$ctlsock" status
-export_equals "$(uri "$sock" origin)" "$tmpdir/origin-half-merged.img" \
-    "origin reads serve the origin file as it is (no merge in progress)"
-export_equals "$(uri "$sock" b)" "$tmpdir/origin-half-merged.img" "snapshot b equals the origin"
-ctl_ok "drop b" "$ctlsock" drop b
+# (The store's binding record in chunk 0 may have been updated: the store
+# was attached before the allocation failed.  The restart below checks
+# that it is still the same snapshot, half merged.)
+files_equal "$origin" "$tmpdir/origin-half-merged.img" "the refused start left the origin as it was"
+
+# Without the hook the merge resumes and the origin becomes the
+# snapshot's view: the origin as it was before the 64 chunks were written.
+start_snapfg "$sock" "$pid" origin="$origin" cow="$tmpdir/m.cow" control="$ctlsock"
+wait_until 120 bash -c "! '$SNAPFGCTL' -S '$ctlsock' status snapshot >/dev/null 2>&1" ||
+    fail "the resumed merge did not finish within 120 s"
+export_equals "$(uri "$sock" origin)" "$tmpdir/snapview.img" "after the resumed merge the origin is the snapshot's view"
 stop_nbdkit "$pid"
-[ "$(checksum "$tmpdir/m.cow")" = "$sum_before" ] &&
-    info "ok: the merge-marked store is unchanged" ||
-    check_fail "the merge-marked store changed"
 
 finish
