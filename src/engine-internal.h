@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "engine.h"
+#include "cbt-bitmap.h"
 #include "device.h"
 #include "exception-table.h"
 #include "percpu-rwlock.h"
@@ -123,7 +124,29 @@ struct snapfg_engine {
    * snapshot chunks.  Read-only after open.
    */
   const void *zeroes;
+
+  /* Checkpoints (checkpoint.c).  cbt_active is the newest checkpoint's
+   * bitmap, which every origin change marks first; it changes only under
+   * the geometry write side (and the chain's io_lock).
+   */
+  struct checkpoint_chain *cbt;
+  struct cbt_bitmap *_Atomic cbt_active;
 };
+
+/* The origin's [offset, offset+count) is about to change: record it in
+ * the active checkpoint first (with the geometry read side held).  With
+ * no checkpoint, or every granule marked already, a load or two.
+ */
+static inline void
+engine_track_change (struct snapfg_engine *e, uint64_t offset,
+                     uint64_t count)
+{
+  struct cbt_bitmap *bm = atomic_load_explicit (&e->cbt_active,
+                                                memory_order_acquire);
+
+  if (bm)
+    cbt_bitmap_mark (bm, offset, count);
+}
 
 static inline bool
 snapshot_is_valid (const struct snapfg_snapshot *s)

@@ -16,6 +16,7 @@
 
 #include "engine-internal.h"
 #include "catalogue.h"
+#include "checkpoint.h"
 #include "file-lock.h"
 #include "store-binding.h"
 #include "snapfg-log.h"
@@ -255,6 +256,8 @@ snapfg_engine_close (struct snapfg_engine *e)
   while (e->merge_threads > 0)
     pthread_cond_wait (&e->merge_threads_done, &e->merge_threads_lock);
   pthread_mutex_unlock (&e->merge_threads_lock);
+  /* No origin change can come any more: the bitmaps close cleanly. */
+  checkpoint_chain_close (e, true);
   /* No request can arrive any more, but a connection's close may still
    * hold a reference.  Close every store now anyway (a transient store
    * gives its file back, a persistent one flushes): the struct itself
@@ -442,6 +445,7 @@ snapshot_create (struct snapfg_engine *e,
     .must_exist = o->attach == SNAPFG_ATTACH_RESTORE,
   };
   struct snapfg_snapshot *s, **list;
+  struct checkpoint *cp = NULL;
   const char *problem;
   percpu_rwlock_token token;
   const char *in_use;
@@ -524,6 +528,20 @@ snapshot_create (struct snapfg_engine *e,
     }
   }
 
+  /* A checkpoint started at the same instant: its bitmap file is made
+   * now, outside the write side.  Checkpoints of an older snapshot of
+   * this name let go of it first.
+   */
+  if (o->attach == SNAPFG_ATTACH_RUNTIME)
+    checkpoint_forget_snapshot (e, o->name);
+  if (o->checkpoint) {
+    r = checkpoint_prepare (e, o->checkpoint, o->name, &cp);
+    if (r < 0) {
+      snapshot_discard (s);
+      return r;
+    }
+  }
+
   /* The snapshot's point in time: every origin write in flight holds the
    * read side, so once we hold the write side they have all completed,
    * and every later one sees this snapshot and copies out into it.
@@ -532,22 +550,23 @@ snapshot_create (struct snapfg_engine *e,
   if (find_snapshot_locked (e, o->name) != NULL) {
     percpu_rwlock_write_unlock (&e->geometry);
     snapfg_error ("snapshot \"%s\" already exists", o->name);
-    snapshot_discard (s);
-    return -EEXIST;
+    r = -EEXIST;
+    goto err_discard;
   }
-  if (e->merging || (s->store->opened_merging && e->nsnapshots > 0)) {
+  if (e->merging || (s->store->opened_merging &&
+                     (e->nsnapshots > 0 || cp))) {
     percpu_rwlock_write_unlock (&e->geometry);
     snapfg_error ("snapshot \"%s\": snapshot %s is being merged into the "
                   "origin; no other snapshot may exist until it is done",
                   o->name, e->merging ? e->merging->name : o->name);
-    snapshot_discard (s);
-    return -EBUSY;
+    r = -EBUSY;
+    goto err_discard;
   }
   if (e->nsnapshots >= e->max_snapshots) {
     percpu_rwlock_write_unlock (&e->geometry);
     too_many_snapshots (e, o->name);
-    snapshot_discard (s);
-    return -EMLINK;
+    r = -EMLINK;
+    goto err_discard;
   }
   /* Grow the list before anything refers to s: on failure s is freed. */
   list = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? NULL
@@ -556,8 +575,8 @@ snapshot_create (struct snapfg_engine *e,
     percpu_rwlock_write_unlock (&e->geometry);
     snapfg_error ("snapshot \"%s\": out of memory adding it to the list "
                   "of snapshots", o->name);
-    snapshot_discard (s);
-    return -ENOMEM;
+    r = -ENOMEM;
+    goto err_discard;
   }
   e->snapshots = list;
   /* In the catalogue before anyone can see it, and at its instant: a
@@ -566,8 +585,23 @@ snapshot_create (struct snapfg_engine *e,
   r = lifecycle_record (e, s, o, params.type);
   if (r < 0) {
     percpu_rwlock_write_unlock (&e->geometry);
-    snapshot_discard (s);
-    return r;
+    goto err_discard;
+  }
+  /* The checkpoint takes over tracking at the same instant.  If it
+   * cannot be recorded, the snapshot is not taken either.
+   */
+  if (cp) {
+    r = checkpoint_commit_locked (e, cp);
+    if (r < 0) {
+      if (e->catalogue)
+        catalogue_snapshot_remove (e->catalogue, s->name, "dropped",
+                                   "its checkpoint could not be recorded");
+      percpu_rwlock_write_unlock (&e->geometry);
+      snapfg_error ("snapshot \"%s\": cannot record checkpoint \"%s\" in "
+                    "the catalogue; the snapshot is not taken", o->name,
+                    o->checkpoint);
+      goto err_discard;
+    }
   }
   if (s->store->opened_merging) {
     /* A merge was under way: the origin view is the snapshot's from now
@@ -581,12 +615,20 @@ snapshot_create (struct snapfg_engine *e,
   e->nsnapshots++;
   e->min_chunk_size = compute_min_chunk_size (e);
   percpu_rwlock_write_unlock (&e->geometry);
+  if (cp)
+    checkpoint_finish (e, cp);
 
   if (snapfg_debug_cow)
     snapfg_debug ("snapshot %s created: %s store, chunk %" PRIu32
                   ", COW %s", s->name, s->store->ops->name, s->chunk_size,
                   s->store->dev.path);
   return 0;
+
+ err_discard:
+  if (cp)
+    checkpoint_abandon (e, cp);
+  snapshot_discard (s);
+  return r;
 }
 
 struct snapfg_snapshot *
@@ -1006,8 +1048,10 @@ snapfg_flush (struct snapfg_engine *e, struct snapfg_snapshot *from)
   }
 
   /* COW first: an origin chunk on disk must never be newer than the
-   * snapshots' copies of it.
+   * snapshots' copies of it.  The checkpoint bitmap too: an origin
+   * change on disk must never be missing from it.
    */
+  checkpoint_sync (e);
   for (size_t i = 0; i < e->nsnapshots && r == 0; ++i) {
     struct snapfg_snapshot *s = e->snapshots[i];
     int sr;

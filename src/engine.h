@@ -70,6 +70,8 @@ struct snapfg_snapshot_options {
   bool merging;                    /* the catalogue says a merge is under way */
   bool owned;                      /* the COW is in the state directory */
   int64_t created;
+  const char *checkpoint;          /* also start this checkpoint at the
+                                      snapshot's instant (checkpoint.h) */
 };
 
 struct catalogue;

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 
 #include "engine-internal.h"
+#include "checkpoint.h"
 #include "snapfg-log.h"
 
 int
@@ -139,6 +140,19 @@ apply_origin_change (struct snapfg_engine *e, enum origin_op op,
   return r;
 }
 
+/* Record the change in the active checkpoint before making it (its bit
+ * reaches the bitmap file first: see cbt-bitmap.h); with FUA the bitmap
+ * is synced too, before the origin is.
+ */
+static void
+track_origin_change (struct snapfg_engine *e, uint32_t count,
+                     uint64_t offset, unsigned flags)
+{
+  engine_track_change (e, offset, count);
+  if (flags & SNAPFG_REQ_FUA)
+    checkpoint_sync (e);
+}
+
 /* Write, zero or trim the origin.  A trimmed range reads back as zeroes
  * from a file, so it changes the origin's data too: every change waits
  * for the snapshots' copies first.
@@ -155,18 +169,25 @@ change_origin (struct snapfg_engine *e, enum origin_op op, const void *buf,
   if (e->origin.readonly)
     return -EROFS;
   token = percpu_rwlock_read_lock (&e->geometry);
-  if (e->merging)
+  if (e->merging) {
     /* Unmerged chunks live in the COW store: zeroing them is not fast. */
-    r = fast ? -ENOTSUP
-      : merge_origin_io (e, op, (void *) buf, count, offset, flags);
+    if (fast)
+      r = -ENOTSUP;
+    else {
+      track_origin_change (e, count, offset, flags);
+      r = merge_origin_io (e, op, (void *) buf, count, offset, flags);
+    }
+  }
   else {
     /* A fast zero must not copy out: refuse before changing anything. */
     if (fast && needs_copy_out (e, count, offset))
       r = -ENOTSUP;
     else
       r = prepare_origin_change (e, count, offset);
-    if (r == 0)
+    if (r == 0) {
+      track_origin_change (e, count, offset, flags);
       r = apply_origin_change (e, op, buf, count, offset, flags);
+    }
   }
   percpu_rwlock_read_unlock (&e->geometry, token);
   stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "engine-internal.h"
+#include "checkpoint.h"
 #include "snapfg-log.h"
 
 #define MERGE_BATCH 16
@@ -138,8 +139,14 @@ copy_back (struct snapfg_snapshot *s, const struct store_pair *pair,
     len = e->size - start;
   r = device_pread (&s->store->dev, buf, len,
                     store_chunk_offset (s->store, pair->new_chunk));
-  if (r == 0)
+  if (r == 0) {
+    /* The origin's data changes here (its view changed when the merge
+     * began, and was tracked then): the active checkpoint records it
+     * too, before the write.
+     */
+    checkpoint_track_unlocked (e, start, len);
     r = device_pwrite (&e->origin, buf, len, start);
+  }
   return r;
 }
 
@@ -352,6 +359,10 @@ merge_prepare_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
   if (*r == 0) {
     atomic_store (&s->state, SNAPSHOT_MERGING);
     e->merging = s;
+    /* The origin view becomes the snapshot's now: every chunk it holds
+     * changes, at this instant, for the active checkpoint.
+     */
+    checkpoint_track_snapshot_locked (e, s);
   }
   return NULL;
 }

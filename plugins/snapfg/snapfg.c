@@ -15,6 +15,8 @@
 #include <nbdkit-plugin.h>
 
 #include "engine.h"
+#include "cbt-bitmap.h"
+#include "checkpoint.h"
 #include "device.h"
 #include "control-server.h"
 #include "catalogue.h"
@@ -39,6 +41,8 @@ static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
 static char *control_path;
 static unsigned max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS;
 static char *state_path;
+static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
+static bool cbt_granularity_given;
 
 static struct snapfg_engine *engine;
 static struct catalogue *catalogue;
@@ -85,7 +89,8 @@ plugin_unload (void)
   control = NULL;
   snapfg_engine_close (engine);
   engine = NULL;
-  catalogue_close (catalogue);  /* after the engine: it records into it */
+  /* After the engine: it (and its checkpoints) record into it. */
+  catalogue_close (catalogue);
   catalogue = NULL;
   free (state_path);
   free (origin_path);
@@ -228,6 +233,17 @@ plugin_config (const char *key, const char *value)
       return -1;
     }
   }
+  else if (strcmp (key, "cbt-granularity") == 0) {
+    if (parse_size_param (key, value, &cbt_granularity) == -1)
+      return -1;
+    /* Checked against chunk-size= once every parameter is known. */
+    problem = cbt_check_granularity (cbt_granularity, 0);
+    if (problem) {
+      nbdkit_error ("cbt-granularity=%s: %s", value, problem);
+      return -1;
+    }
+    cbt_granularity_given = true;
+  }
   else if (strcmp (key, "max-snapshots") == 0) {
     if (nbdkit_parse_unsigned (key, value, &max_snapshots) == -1)
       return -1;
@@ -300,6 +316,7 @@ plugin_config_complete (void)
     .block_size = block_size,
     .max_snapshots = max_snapshots,
   };
+  const char *problem;
 
   if (origin_path == NULL) {
     nbdkit_error ("the origin= parameter is required "
@@ -318,6 +335,16 @@ plugin_config_complete (void)
     return -1;
   }
 
+  /* The default follows a chunk size larger than itself. */
+  if (!cbt_granularity_given && cbt_granularity < chunk_size)
+    cbt_granularity = chunk_size;
+  problem = cbt_check_granularity (cbt_granularity, chunk_size);
+  if (problem) {
+    nbdkit_error ("cbt-granularity=%" PRIi64 ": %s (chunk-size=%" PRIi64
+                  ")", cbt_granularity, problem, chunk_size);
+    return -1;
+  }
+
   if (snapfg_engine_open (&opts, &engine) < 0)
     return -1;
 
@@ -332,9 +359,15 @@ plugin_config_complete (void)
     if (catalogue_open (state_path, &origin, &catalogue) < 0)
       return -1;
     snapfg_engine_set_catalogue (engine, catalogue);
-    if (snapfg_engine_restore (engine) < 0)
-      goto fail;
   }
+  /* The checkpoints (they need the catalogue) track from here on: before
+   * the restore, which may start a merge recorded but not begun (the
+   * origin view changes then), and before any client.
+   */
+  if (snapfg_checkpoints_open (engine, catalogue, cbt_granularity) < 0)
+    goto fail;
+  if (catalogue && snapfg_engine_restore (engine) < 0)
+    goto fail;
 
   if (cow_path &&
       startup_snapshot (SNAPFG_STARTUP_SNAPSHOT, cow_path) < 0)
@@ -399,7 +432,10 @@ plugin_cleanup (void)
   "locking=striped|global Exception table locking (default striped).\n" \
   "max-snapshots=<N>     Most snapshots at once (default 32).\n" \
   "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
-  "state=<FILE>          The origin's catalogue: snapshots survive restarts."
+  "state=<FILE>          The origin's catalogue: snapshots and checkpoints\n" \
+  "                      survive restarts.\n" \
+  "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
+  "                      (default 64K)."
 
 /* A connection's view: the origin, or one snapshot. */
 struct handle {
