@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the disks the engine reads and writes (see device.h).
  *
  * The dispatchers, the parts every backend shares, and the file backend

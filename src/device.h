@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the disks the engine reads and writes (origin and COW store).
  *
  * A device is a regular file, a block device, or an NBD export named by

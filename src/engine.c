@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the engine — opening the origin, taking snapshots, geometry and
  * status.  The request paths are in io-origin.c, io-snapshot.c and
  * copy-out.c.

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: requests on the origin view.
  *
  * Every request that changes origin data (write, zero, trim) first makes

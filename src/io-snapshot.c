@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: requests on a snapshot view.
  *
  * A remapped chunk (a completed exception) is read from and written to

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: merging a snapshot back into its origin (dm's snapshot-merge).
  *
  * The origin view becomes the snapshot's view at once: origin requests

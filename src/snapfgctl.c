@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfgctl: inspect and control snapfg (see snapfgctl(1)).
  *
  *   snapfgctl [-S SOCKET] [--json] COMMAND [ARGS] [OPTIONS]
