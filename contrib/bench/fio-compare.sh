@@ -91,6 +91,9 @@
 #   LOCK_BENCH_SECONDS  seconds per lock-bench cell [1]
 #   STARTUP        1: run startup.sh [1]
 #   STARTUP_EXCEPTIONS  exceptions for startup.sh [1000000]
+#   BACKUP         1: run backup-bench.sh (snapfg-backup, incremental of
+#                  a 5 % change against a full backup) [1]
+#   BACKUP_SIZE    disk size for backup-bench.sh [1G]
 #   FLEECING_SH    the fleecing peer [../shared/peers/fleecing.sh beside
 #                  this tree]
 #   SNAPFG_PLUGIN  the plugin [plugins/snapfg/.libs/nbdkit-snapfg-plugin.so
@@ -128,6 +131,8 @@ SYSTEMS=${SYSTEMS:-"bare snapfg-nosnap snapfg-checkpoint snapfg-transient snapfg
 LOCKS=${LOCKS:-1}
 STARTUP=${STARTUP:-1}
 STARTUP_EXCEPTIONS=${STARTUP_EXCEPTIONS:-1000000}
+BACKUP=${BACKUP:-1}
+BACKUP_SIZE=${BACKUP_SIZE:-1G}
 FLEECING_SH=${FLEECING_SH:-$top/../shared/peers/fleecing.sh}
 
 die() { echo "fio-compare: error: $*" >&2; exit 1; }
@@ -626,6 +631,14 @@ if [ "$STARTUP" = 1 ]; then
         >"$startmd" 2>"$OUTDIR/logs/startup.log" ||
         log "warning: startup.sh failed (see $OUTDIR/logs/startup.log)"
 fi
+backupmd=$OUTDIR/backup.md
+: >"$backupmd"
+if [ "$BACKUP" = 1 ]; then
+    log "snapfg-backup: incremental (5 % changed) against full, $BACKUP_SIZE (backup-bench.sh)"
+    SNAPFG_PLUGIN=$SNAPFG_PLUGIN TMPDIR=$work bash "$here/backup-bench.sh" "$BACKUP_SIZE" \
+        >"$backupmd" 2>"$OUTDIR/logs/backup-bench.log" ||
+        log "warning: backup-bench.sh failed (see $OUTDIR/logs/backup-bench.log)"
+fi
 t_end=$(date +%s)
 for v in RUNTIME ROUNDS NUMJOBS NUMJOBS_PEERS IODEPTH SIZE CHUNK_SIZE run_systems skipped \
          STARTUP_EXCEPTIONS load_at_start t_start t_fio t_end; do
@@ -932,6 +945,12 @@ fi
 if [ -s "$startmd" ]; then
     { echo; echo "## Reopening a persistent store (contrib/bench/startup.sh $STARTUP_EXCEPTIONS)"; echo
       echo '```'; grep -v '^|' "$startmd" || true; echo '```'; echo; grep '^|' "$startmd" || true; } >>"$md"
+fi
+
+backupmd=$OUTDIR/backup.md
+if [ -s "$backupmd" ]; then
+    { echo; echo "## snapfg-backup: incremental against full (contrib/bench/backup-bench.sh)"; echo
+      grep '^|' "$backupmd" || true; echo; grep -v '^|' "$backupmd" || true; } >>"$md"
 fi
 
 # --- the plot: IOPS against connections, one panel per workload -------------
