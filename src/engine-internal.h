@@ -54,6 +54,7 @@ struct snapfg_snapshot {
   unsigned chunk_shift;
   atomic_int state;            /* enum snapshot_state */
   atomic_bool overflow;        /* a snapshot write found the store full */
+  atomic_bool merged;          /* DROPPED because its merge completed */
   atomic_int refs;             /* the engine's list, and each connection */
   bool owned_cow;              /* the COW is in the state directory: ours */
   /* Every snapshot whose store is open, listed or dropped but still

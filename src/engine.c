@@ -495,6 +495,7 @@ snapshot_create (struct snapfg_engine *e,
   s->engine = e;
   atomic_init (&s->state, SNAPSHOT_VALID);
   atomic_init (&s->overflow, false);
+  atomic_init (&s->merged, false);
   atomic_init (&s->refs, 1);    /* the engine's list */
   pthread_mutex_init (&s->merge_lock, NULL);
   s->name = strdup (o->name);
@@ -837,7 +838,12 @@ snapfg_snapshot_info (struct snapfg_snapshot *s,
   s->store->ops->usage (s->store, &info->allocated_sectors,
                         &info->total_sectors, &info->metadata_sectors);
   info->exceptions = exception_table_count (&s->table);
-  if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
+  /* A status request may hold a reference taken just before a drop or
+   * the end of a merge: say which, not "Invalid".
+   */
+  if (atomic_load (&s->state) == SNAPSHOT_DROPPED)
+    info->state = atomic_load (&s->merged) ? "merged" : "dropped";
+  else if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
     info->state = "merging";
     info->merge_done = atomic_load (&s->merge_done);
     info->merge_total = atomic_load (&s->merge_total);

@@ -223,6 +223,7 @@ finish_merge (struct snapfg_snapshot *s)
     }
   }
   e->min_chunk_size = 0;
+  atomic_store (&s->merged, true);
   atomic_store (&s->state, SNAPSHOT_DROPPED);
   percpu_rwlock_write_unlock (&e->geometry);
   snapfg_debug ("snapshot %s: merge complete (%" PRIu64 " chunks); the "
