@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Build and test snapfg in a Debian 13 (trixie) root on a Debian host:
 # nbdkit 1.42, libnbd 1.22, QEMU 10, gcc 14, and a Debian 13 guest
 # kernel and busybox for make check-guest.  .ci/run's second stage.

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: a persistent dirty bitmap of the origin (see cbt-bitmap.h). */
 
 #include <config.h>

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: checkpoints — changed-block tracking without a snapshot
  * (docs/design.md section 8).
  *

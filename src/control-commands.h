@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the control commands, generated from control-commands.def.
  *
  * The server (control-protocol.c, control-handlers.c), snapfgctl and

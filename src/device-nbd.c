@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the NBD backend (see device.h): an origin or COW store served
  * by an NBD server and named by a URI, e.g.
  *

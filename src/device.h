@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the disks the engine reads and writes (origin and COW store).
  *
  * A device is a regular file, a block device, or an NBD export named by
@@ -37,6 +39,10 @@ struct snapfg_device {
                               * that cannot flush: it has no write cache,
                               * or so it says) */
   bool readonly;
+  bool bounded;              /* the origin: a regular file or block device
+                              * ending before 'size' (shrunk under us)
+                              * fails I/O there with -EIO instead of
+                              * reading zeroes or growing the file */
   dev_t st_dev;              /* identity, to refuse cow= == origin= */
   ino_t st_ino;
   dev_t st_rdev;
@@ -111,6 +117,12 @@ extern int device_extents (const struct snapfg_device *dev, uint64_t count,
 
 /* Is the whole device zero (holes count as zero)?  1 yes, 0 no, -errno. */
 extern int device_is_all_zero (const struct snapfg_device *dev);
+
+/* The device's size now, which for a file may differ from dev->size
+ * (the size at open) if something else truncated or extended it.
+ */
+extern int device_current_size (const struct snapfg_device *dev,
+                                uint64_t *size);
 
 /* Set the size of a regular file (-EINVAL for a fixed-size device). */
 extern int device_truncate (struct snapfg_device *dev, uint64_t size);

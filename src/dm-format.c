@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: dm-snapshot's persistent exception store format (see
  * dm-format.h).  Shared by the persistent store and snapfgctl inspect.
  */

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the engine — opening the origin, taking snapshots, geometry and
  * status.  The request paths are in io-origin.c, io-snapshot.c and
  * copy-out.c.
@@ -80,6 +82,30 @@ parse_fault_point (struct snapfg_engine *e, const char *spec)
     snapfg_error ("SNAPFG_TEST_CRASH_AT=%s: unknown fault point", spec);
 }
 
+/* Test hook: SNAPFG_TEST_FAIL_AT=WHERE[:N] makes the Nth (default first)
+ * allocation at WHERE fail as if memory ran out: "snapshot-list"
+ * (adding a snapshot to the engine's list).  Error paths that no other
+ * test can reach deterministically are tested with it.
+ */
+static void
+parse_fail_point (struct snapfg_engine *e, const char *spec)
+{
+  const char *colon;
+  size_t len;
+
+  e->fail_at = FAIL_NONE;
+  if (spec == NULL || *spec == '\0')
+    return;
+  colon = strchr (spec, ':');
+  len = colon ? (size_t) (colon - spec) : strlen (spec);
+  if (len == strlen ("snapshot-list") &&
+      strncmp (spec, "snapshot-list", len) == 0)
+    e->fail_at = FAIL_SNAPSHOT_LIST;
+  else
+    snapfg_error ("SNAPFG_TEST_FAIL_AT=%s: unknown failure point", spec);
+  atomic_init (&e->fail_countdown, colon ? strtol (colon + 1, NULL, 10) : 1);
+}
+
 int
 snapfg_engine_open (const struct snapfg_options *opts,
                     struct snapfg_engine **ep)
@@ -138,6 +164,11 @@ snapfg_engine_open (const struct snapfg_options *opts,
     goto err_close;
   }
   e->size = e->origin.size;
+  /* Clients are told this size: if the file shrinks under us, requests
+   * past its new end fail instead of reading zeroes or growing it.
+   */
+  e->origin.bounded = true;
+  atomic_init (&e->origin_size_seen, e->size);
 
   e->zeroes = calloc (1, SNAPFG_MAX_CHUNK_SIZE);
   if (e->zeroes == NULL) {
@@ -148,8 +179,12 @@ snapfg_engine_open (const struct snapfg_options *opts,
   r = percpu_rwlock_init (&e->geometry);
   if (r < 0)
     goto err_zeroes;
+  pthread_mutex_init (&e->merge_threads_lock, NULL);
+  pthread_cond_init (&e->merge_threads_done, NULL);
   r = stats_init (&e->stats);
   if (r < 0) {
+    pthread_cond_destroy (&e->merge_threads_done);
+    pthread_mutex_destroy (&e->merge_threads_lock);
     percpu_rwlock_destroy (&e->geometry);
     goto err_zeroes;
   }
@@ -161,6 +196,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   if (env && *env)
     e->test_merge_delay_us = strtoul (env, NULL, 10);
   parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
+  parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
 
   *ep = e;
   return 0;
@@ -224,6 +260,13 @@ snapfg_engine_close (struct snapfg_engine *e)
     return;
   for (size_t i = 0; i < e->nsnapshots; ++i)
     merge_stop_thread (e->snapshots[i]);
+  /* A merge that ended by itself detached its thread, which may still be
+   * on its way out through the geometry lock.
+   */
+  pthread_mutex_lock (&e->merge_threads_lock);
+  while (e->merge_threads > 0)
+    pthread_cond_wait (&e->merge_threads_done, &e->merge_threads_lock);
+  pthread_mutex_unlock (&e->merge_threads_lock);
   /* No origin change can come any more: the bitmaps close cleanly. */
   checkpoint_chain_close (e, true);
   /* No request can arrive any more, but a connection's close may still
@@ -252,6 +295,8 @@ snapfg_engine_close (struct snapfg_engine *e)
   }
   pthread_mutex_unlock (&engine_live_lock);
   stats_destroy (&e->stats);
+  pthread_cond_destroy (&e->merge_threads_done);
+  pthread_mutex_destroy (&e->merge_threads_lock);
   percpu_rwlock_destroy (&e->geometry);
   free ((void *) e->zeroes);
   device_close (&e->origin);
@@ -459,6 +504,7 @@ snapshot_create (struct snapfg_engine *e,
   s->engine = e;
   atomic_init (&s->state, SNAPSHOT_VALID);
   atomic_init (&s->overflow, false);
+  atomic_init (&s->merged, false);
   atomic_init (&s->refs, 1);    /* the engine's list */
   pthread_mutex_init (&s->merge_lock, NULL);
   s->name = strdup (o->name);
@@ -535,9 +581,12 @@ snapshot_create (struct snapfg_engine *e,
     goto err_discard;
   }
   /* Grow the list before anything refers to s: on failure s is freed. */
-  list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
+  list = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? NULL
+    : realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
   if (list == NULL) {
     percpu_rwlock_write_unlock (&e->geometry);
+    snapfg_error ("snapshot \"%s\": out of memory adding it to the list "
+                  "of snapshots", o->name);
     r = -ENOMEM;
     goto err_discard;
   }
@@ -699,6 +748,33 @@ compare_chunks (const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
+/* An incremental backup built from the changed ranges of a snapshot is
+ * only complete if every origin change since the snapshot's instant was
+ * copied out into it: not so for an Invalid snapshot (copy-outs stopped
+ * when it became Invalid) nor a merging one (its exceptions are being
+ * merged away).  Says why and returns -errno, or 0.
+ */
+static int
+changed_refusal (struct snapfg_snapshot *s)
+{
+  switch (atomic_load (&s->state)) {
+  case SNAPSHOT_VALID:
+    return 0;
+  case SNAPSHOT_MERGING:
+    snapfg_error ("changed %s: the snapshot is being merged into the "
+                  "origin, so its changed ranges are no longer known; "
+                  "after the merge, back up the origin in full", s->name);
+    return -EBUSY;
+  default:
+    snapfg_error ("changed %s: the snapshot is %s, so the list of origin "
+                  "ranges changed since it was taken is incomplete; take a "
+                  "full backup", s->name,
+                  atomic_load (&s->state) == SNAPSHOT_DROPPED
+                  ? "dropped" : "Invalid");
+    return -EIO;
+  }
+}
+
 int
 snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
                          void *opaque)
@@ -707,9 +783,20 @@ snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
   size_t n, i;
   int r;
 
+  r = changed_refusal (s);
+  if (r < 0)
+    return r;
   r = exception_table_collect (&s->table, &chunks, &n);
   if (r < 0)
     return r;
+  /* It may have become Invalid while the table was read: the list would
+   * miss the origin changes made since.
+   */
+  r = changed_refusal (s);
+  if (r < 0) {
+    free (chunks);
+    return r;
+  }
   qsort (chunks, n, sizeof *chunks, compare_chunks);
   for (i = 0; i < n && r == 0; ) {
     size_t j = i + 1;
@@ -760,7 +847,12 @@ snapfg_snapshot_info (struct snapfg_snapshot *s,
   s->store->ops->usage (s->store, &info->allocated_sectors,
                         &info->total_sectors, &info->metadata_sectors);
   info->exceptions = exception_table_count (&s->table);
-  if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
+  /* A status request may hold a reference taken just before a drop or
+   * the end of a merge: say which, not "Invalid".
+   */
+  if (atomic_load (&s->state) == SNAPSHOT_DROPPED)
+    info->state = atomic_load (&s->merged) ? "merged" : "dropped";
+  else if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
     info->state = "merging";
     info->merge_done = atomic_load (&s->merge_done);
     info->merge_total = atomic_load (&s->merge_total);
@@ -862,6 +954,58 @@ snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
   s->store->ops->invalidate (s->store);
 }
 
+/* Does s hold its own copy of every chunk of [first, last]? */
+static bool
+snapshot_holds_chunks (struct snapfg_snapshot *s, uint64_t first,
+                       uint64_t last)
+{
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    struct exception_stripe *stripe = exception_table_stripe (&s->table,
+                                                              chunk);
+    bool held;
+
+    exception_stripe_lock (stripe);
+    held = exception_stripe_lookup (stripe, chunk, NULL) &&
+      !exception_stripe_is_pending (stripe, chunk);
+    exception_stripe_unlock (stripe);
+    if (!held)
+      return false;
+  }
+  return true;
+}
+
+bool
+engine_origin_shrunk (struct snapfg_engine *e, int r, uint64_t end)
+{
+  uint64_t now, seen;
+
+  if (r != -EIO || device_current_size (&e->origin, &now) < 0 || now >= end)
+    return false;               /* a real I/O error */
+  seen = atomic_load (&e->origin_size_seen);
+  while (now != seen)
+    if (atomic_compare_exchange_weak (&e->origin_size_seen, &seen, now)) {
+      snapfg_error ("origin=%s: the file shrank to %" PRIu64 " bytes "
+                    "under the running server (it had %" PRIu64 " bytes "
+                    "at start-up); requests past %" PRIu64 " fail with EIO",
+                    e->origin.path, now, e->size, now);
+      /* What was past the new end is gone: a snapshot that still read
+       * any of it from the origin has lost that data for good (dm, too,
+       * invalidates a snapshot whose copy fails).
+       */
+      for (size_t i = 0; i < e->nsnapshots; ++i) {
+        struct snapfg_snapshot *s = e->snapshots[i];
+
+        if (snapshot_is_valid (s) &&
+            !snapshot_holds_chunks (s, now >> s->chunk_shift,
+                                    (e->size - 1) >> s->chunk_shift))
+          snapshot_invalidate (s, "the origin shrank, and the data it "
+                               "lost was not copied out", 0);
+      }
+      break;
+    }
+  return true;
+}
+
 void
 engine_fault_point (struct snapfg_engine *e, enum fault_point where)
 {
@@ -873,6 +1017,18 @@ engine_fault_point (struct snapfg_engine *e, enum fault_point where)
   snapfg_debug ("test fault point %d reached: killing the process", where);
   kill (getpid (), SIGKILL);
   pause ();
+}
+
+bool
+engine_fail_point (struct snapfg_engine *e, enum fail_point where)
+{
+  if (e->fail_at != where)
+    return false;
+  if (atomic_fetch_sub (&e->fail_countdown, 1) != 1)
+    return false;
+  snapfg_debug ("test failure point %d reached: failing the allocation",
+                where);
+  return true;
 }
 
 void
@@ -917,11 +1073,26 @@ snapfg_flush (struct snapfg_engine *e, struct snapfg_snapshot *from)
     struct snapfg_snapshot *s = e->snapshots[i];
     int sr;
 
+    if (s == e->merging) {
+      /* Origin writes to chunks not merged yet went into this COW store:
+       * it holds origin data, and its flush failing fails the flush.
+       */
+      r = s->store->ops->flush (s->store);
+      if (r < 0)
+        snapfg_error ("snapshot %s (COW %s): flush during the merge "
+                      "failed: %s", s->name, s->store->dev.path,
+                      strerror (-r));
+      continue;
+    }
     if (!snapshot_is_valid (s))
       continue;
     sr = s->store->ops->flush (s->store);
     if (sr < 0)
       snapshot_invalidate (s, "flushing the COW store failed", -sr);
+  }
+  if (r < 0) {
+    percpu_rwlock_read_unlock (&e->geometry, token);
+    return r;
   }
   if (!e->origin.readonly)
     r = device_flush (&e->origin);

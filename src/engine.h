@@ -144,7 +144,9 @@ extern int snapfg_set_block_size (struct snapfg_engine *e,
                                   uint32_t block_size);
 
 /* The origin ranges written since the snapshot was taken (its remapped
- * chunks, merged into extents), in order.
+ * chunks, merged into extents), in order.  Refused (logged, -EIO or
+ * -EBUSY) for an Invalid or merging snapshot, whose list would be
+ * incomplete.
  */
 typedef int (*snapfg_range_fn) (void *opaque, uint64_t offset,
                                 uint64_t length);

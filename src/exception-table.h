@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: striped exception tables.
  *
  * One table per snapshot maps an origin chunk ("old chunk") to the chunk of

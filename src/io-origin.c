@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: requests on the origin view.
  *
  * Every request that changes origin data (write, zero, trim) first makes
@@ -30,10 +32,10 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
     ? merge_origin_io (e, ORIGIN_READ, buf, count, offset, 0)
     : device_pread (&e->origin, buf, count, offset);
 
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  if (r < 0)
+  if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
     snapfg_error ("origin=%s: read at %" PRIu64 " failed: %s",
                   e->origin.path, offset, strerror (-r));
+  percpu_rwlock_read_unlock (&e->geometry, token);
   stats_request (&e->stats, start, STAT_BYTES_READ, count, r);
   return r;
 }
@@ -132,7 +134,7 @@ apply_origin_change (struct snapfg_engine *e, enum origin_op op,
   }
   if (r == 0 && (flags & SNAPFG_REQ_FUA))
     r = device_flush (&e->origin);
-  if (r < 0)
+  if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
     snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
                   " failed: %s", e->origin.path,
                   op == ORIGIN_WRITE ? "write" : op == ORIGIN_ZERO ? "zero"

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: a per-CPU (per-thread) reader/writer lock (see percpu-rwlock.h). */
 
 #include <config.h>

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg-backup: the control socket client.
  *
  * One JSON object per line each way (see snapfgctl(1), PROTOCOL).  A

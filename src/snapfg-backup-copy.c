@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg-backup: the copy engine.
  *
  * Reads ranges of the snapshot and writes them into the image being

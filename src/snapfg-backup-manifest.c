@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg-backup: the backup directory's files.
  *
  * DIR/manifest.json records every finished run (see snapfg-backup(1),

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg-backup: full and incremental backups of a snapfg origin.
  *
  *   snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full]

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfgctl: inspect and control snapfg (see snapfgctl(1)).
  *
  *   snapfgctl [-S SOCKET] [--json] COMMAND [ARGS] [OPTIONS]
@@ -738,6 +740,16 @@ wait_for_merge (struct conn *cn, const char *name, bool quiet)
     }
     sn = json_array_get (json_object_get (reply, "snapshots"), 0);
     state = get_str (sn, "state");
+    if (strcmp (state, "merged") == 0) {
+      /* The merge ended between our request and the reply. */
+      json_decref (reply);
+      if (tty)
+        fprintf (stderr, "\r\033[K");
+      if (!quiet)
+        printf ("merged snapshot %s into the origin\n", name);
+      status = EXIT_OK;
+      break;
+    }
     if (strcmp (state, "merging") != 0) {
       if (tty)
         fprintf (stderr, "\n");

@@ -75,6 +75,11 @@ struct persistent_store {
    * every header write.
    */
   unsigned char binding_raw[STORE_BINDING_SIZE];
+  /* binding_raw changed for an existing store: written by
+   * persistent_load once the store is known to be usable, so that a
+   * store refused there is left unchanged.
+   */
+  bool binding_pending;
 };
 
 static struct persistent_store *
@@ -335,6 +340,19 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
                   "unchanged)", st->dev.path, why);
     return r;
   }
+  if (res.next_free > st->max_chunks) {
+    /* Accepting it would make the next copy-out find the store "full"
+     * and invalidate the snapshot.
+     */
+    snapfg_error ("cow=%s: cow-size= allows %" PRIu64 " bytes, less than "
+                  "the %" PRIu64 " bytes the store already uses (%" PRIu64
+                  " chunks of %" PRIu32 "); give cow-size=%" PRIu64
+                  " or more, or no cow-size= (the file is left unchanged)",
+                  st->dev.path, st->max_chunks << st->chunk_shift,
+                  res.next_free << st->chunk_shift, res.next_free,
+                  st->chunk_size, res.next_free << st->chunk_shift);
+    return -EINVAL;
+  }
   ps->current_area = res.current_area;
   ps->area_used = res.area_used;
   ps->zeroed_through = res.current_area;
@@ -354,6 +372,17 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
    */
   memset (ps->area_buf + ps->area_used * DM_SNAP_PAIR_SIZE, 0,
           st->chunk_size - ps->area_used * DM_SNAP_PAIR_SIZE);
+  if (ps->binding_pending) {
+    r = write_header (ps, 1);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r < 0) {
+      snapfg_error ("cow=%s: cannot write the binding record into the "
+                    "header: %s", st->dev.path, strerror (-r));
+      return r;
+    }
+    ps->binding_pending = false;
+  }
   snapfg_debug ("cow=%s: reopened persistent store: %" PRIu64
                 " exceptions, %" PRIu64 " metadata areas, next free chunk %"
                 PRIu64, st->dev.path, res.exceptions, res.current_area + 1,
@@ -760,18 +789,8 @@ persistent_store_open (const struct snapfg_store_params *params,
   else if (st->opened_invalid)
     snapfg_error ("cow=%s: the store is marked Invalid (valid = 0): the "
                   "snapshot's export fails every request", params->path);
-  else if (write_binding) {
-    r = write_header (ps, 1);
-    if (r == 0)
-      r = ps_sync (ps);
-    if (r < 0) {
-      snapfg_error ("cow=%s: cannot write the binding record into the "
-                    "header: %s", params->path, strerror (-r));
-      free (ps->area_buf);
-      store_discard_new (st);
-      return r;
-    }
-  }
+  else
+    ps->binding_pending = write_binding;
 
   *stp = st;
   return 0;

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the transient exception store (dm-snapshot's "N").
  *
  * The exception table lives only in memory; the COW device holds chunk

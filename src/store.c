@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: exception stores, the parts every store shares (see store.h). */
 
 #include <config.h>

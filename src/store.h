@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: exception stores.
  *
  * A store owns a snapshot's COW device: it allocates chunks in it, makes

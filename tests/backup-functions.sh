@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Helpers for the snapfg-backup tests (test-backup*.sh), on top of
 # control-functions.sh:
 #

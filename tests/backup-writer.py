@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # A writer that keeps writing an NBD export (the origin) for the
 # snapfg-backup tests, and can be quiesced between writes:
 #

@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # NBD client helper for the run-time control tests (test-control*.sh,
 # test-merge.sh, test-block-size-change.sh).  Run it with /usr/bin/python3
 # (the interpreter that has the nbd module).
@@ -353,6 +355,16 @@ def cmd_load(a):
         log("%s read under load: cut per writer %s: %s" %
             (name, cuts, "ok" if good else "WRONG"))
         time.sleep(a.gap)
+    # The test's "changed" check needs every writer to have rewritten each
+    # of its K blocks after the last snapshot.  A gap of time does not
+    # promise that on a loaded machine: wait for the writes themselves.
+    if snaps:
+        base = [len(wr.acked) for wr in writers]
+        deadline = time.monotonic() + 60
+        while (any(len(wr.acked) < b + K for wr, b in zip(writers, base))
+               and not any(wr.error for wr in writers)
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
     stop.set()
     for wr in writers:
         wr.join()

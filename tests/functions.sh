@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Helpers for the snapfg shell tests.  Source it from a test script:
 #
 #   source "$(dirname "$0")/functions.sh"

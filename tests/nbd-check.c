@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* nbd-check: libnbd client driver for the snapfg integration tests.
  *
  * Usage: nbd-check SUBCOMMAND [options] args...

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # snapfg-backup after crashes and failures:
 #
 # A. kill -9 of the server between a run's checkpoint creation and the

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # snapfg-backup over TCP with TLS (pre-shared key, psktool): a full and
 # an incremental backup through an nbds:// URI with tls-psk-file=, each
 # restored byte for byte; a plain nbd:// URI to the same TLS-only server

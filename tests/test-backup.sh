@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # snapfg-backup: a chain of one full and three incremental backups while
 # a writer keeps writing the origin between and during the runs.
 #

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Bad parameters stop nbdkit at start-up with an error naming the key or
 # file; a COW file that is not new, empty or all-zero is refused and left
 # byte-for-byte unchanged; cow= naming the origin is refused.  Valid

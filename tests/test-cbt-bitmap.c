@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Unit test of the checkpoint bitmap (src/cbt-bitmap.c): the file
  * mirrors every mark before cbt_bitmap_mark returns, a reopen under the
  * same boot id keeps the bits, under another boot id a bitmap left in

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Checkpoints across crashes: never a silently incomplete delta.
 #
 # 1. kill -9 of the server while a writer runs (three times: twice a

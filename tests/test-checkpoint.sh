@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Checkpoints (changed-block tracking): exact deltas, the chain, drops,
 # restarts, merges and bad input, against the real nbdkit with real
 # clients.

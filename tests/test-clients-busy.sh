@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Real clients on a busy origin: fio with verify=crc32c writes the
 # origin through fio's nbd engine while nbdcopy and qemu-img convert copy
 # the snapshot (both copies must equal the image as it was), and

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Real clients against snapfg: qemu-io writes the origin, qemu-img
 # convert and nbdcopy read the snapshot back (it must equal the original
 # image), qemu-img compare, parallel bulk writes with qemu-img convert

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # The control socket's limits and the server's log of control actions,
 # against a real nbdkit:
 #

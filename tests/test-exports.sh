@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Export names and list_exports: "" and "origin" serve the origin,
 # "snapshot" (only with cow=) serves the snapshot, anything else is
 # refused; nbdinfo --list shows both with descriptions, the snapshot's

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # A full COW store (cow-size= of 16 chunks):
 #  - origin writes needing copy-outs beyond it make the snapshot Invalid:
 #    the origin writes succeed and hold the right data, every request on

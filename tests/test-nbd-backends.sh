@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # NBD backends: origin= and cow= given as nbd+unix:// URIs of other NBD
 # servers (the libnbd backend, src/device-nbd.c).
 #  1. nbdkit backends (file and memory origins, memory and file COW

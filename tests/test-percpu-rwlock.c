@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Unit test of the per-CPU reader/writer lock (src/percpu-rwlock.c):
  *  1. many readers and writers: readers never see a half-done write, and
  *     the data the lock protects is plain (so ThreadSanitizer checks the

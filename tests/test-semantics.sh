@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Snapshot semantics under random I/O (nbd-check semantics) for several
 # chunk sizes, block sizes and both locking modes: the origin returns
 # the latest data, the snapshot the data at start plus its own writes;

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # snapfg-backup: an incremental backup against a full one, for a disk
 # with 5 % of its 64 KiB granules changed.
 #

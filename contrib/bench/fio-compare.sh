@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Compare snapfg with a bare nbdkit file plugin and with its peers (nbdkit's
 # cow filter, QEMU copy-before-write fleecing), using fio's nbd engine, and
 # check the performance targets of issue 5.

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: nbdkit plugin serving a live origin and point-in-time snapshots
  * of it with dm-snapshot semantics.  This file is the glue: it parses
  * parameters and maps nbdkit callbacks onto the engine in src/.
