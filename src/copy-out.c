@@ -243,7 +243,7 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
   r = write_chunk_copy (s, chunk, nc, data, count, offset_in_chunk,
                         &cow_failed);
   /* The file system holding the store is full.  For a snapshot write
-   * that is Overflow (DESIGN.md section 6): the write fails with ENOSPC,
+   * that is Overflow (docs/design.md section 6): the write fails with ENOSPC,
    * and nothing refers to the chunk it may have half written.  For an
    * origin write the snapshot cannot keep the old data: Invalid.
    */

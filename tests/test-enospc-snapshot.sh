@@ -10,7 +10,7 @@
 #    and a restart on the still-full file system the store reopens
 #    valid, with the same data and exceptions.  Then an origin write that
 #    needs a copy-out finds no room: the snapshot becomes Invalid (also
-#    on disk), the origin write succeeds (DESIGN.md section 6).
+#    on disk), the origin write succeeds (docs/design.md section 6).
 # B. The room runs out exactly when the exception table must zero its
 #    next metadata area (256 exceptions of 4K: area 2): the snapshot
 #    write whose exception needs it fails with ENOSPC and the snapshot
