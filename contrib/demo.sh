@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # snapfg demo: serve a disk and a snapshot of it, take a backup of the
 # snapshot while the disk is being written, and show that the backup is
 # the disk as it was when the snapshot was taken.

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Set up a Debian 12 or Debian 13 machine for snapfg, build and install
 # it, then run the demo or the test suite.
 #

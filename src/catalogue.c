@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the origin's catalogue (see catalogue.h for the format).
  *
  * The document is kept in memory as a jansson tree.  A change is made on

@@ -1,4 +1,4 @@
-/* snapfg: the origin's catalogue (state=FILE, DESIGN.md section 7).
+/* snapfg: the origin's catalogue (state=FILE, docs/design.md section 7).
  *
  * One JSON object per origin, the way LVM keeps its metadata: every
  * snapshot the server has (persistent ones come back at restart, a
@@ -51,7 +51,7 @@ struct catalogue_origin {
 struct catalogue_snapshot {
   char *name;
   char *cow;                       /* path or URI of the COW store */
-  char *store;                     /* "persistent" or "transient" */
+  char *store;                     /* a name of store-types.h */
   uint32_t chunk_size;
   uint64_t cow_size;               /* as asked for; 0: the default */
   int64_t created;                 /* unix seconds */
@@ -60,7 +60,7 @@ struct catalogue_snapshot {
   bool owned;                      /* the COW is FILE.d/NAME.cow, made by us */
 };
 
-/* A checkpoint (INTERFACES.md; written by the checkpoint code). */
+/* A checkpoint (docs/design.md section 8; written by the checkpoint code). */
 #define CATALOGUE_CHECKPOINT_ACTIVE       "active"
 #define CATALOGUE_CHECKPOINT_FROZEN       "frozen"
 #define CATALOGUE_CHECKPOINT_INCONSISTENT "inconsistent"

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the control commands, generated from control-commands.def.
  *
  * The server (control-protocol.c, control-handlers.c), snapfgctl and
@@ -9,6 +11,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "store-types.h"            /* the create command's store choices */
 
 enum control_cmd {
 #define CONTROL_COMMAND(id, name, handler, flags, summary) CONTROL_##id,

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the control commands' handlers (see control-handlers.h). */
 
 #include <config.h>
@@ -10,6 +12,7 @@
 #include <stdarg.h>
 
 #include "control-handlers.h"
+#include "checkpoint.h"
 #include "device.h"
 #include "snapfg-log.h"
 
@@ -359,16 +362,80 @@ append_range (void *opaque, uint64_t offset, uint64_t length)
   return cs->failed ? -ENOMEM : 0;
 }
 
+/* changed --since CKPT [SNAPSHOT]: a checkpoint chain's union
+ * (checkpoint.h), in the same form as the snapshot's ranges.
+ */
+static int
+changed_since (struct control_call *call, const char *since,
+               const char *name)
+{
+  struct changed_state cs = { .buf = NULL }, out = { .buf = NULL };
+  json_t *head = json_object ();
+  char *head_text = NULL;
+  uint32_t granularity = 0;
+  size_t len;
+  int r;
+
+  if (head == NULL)
+    return -ENOMEM;
+  /* The head of the reply up to the ranges, from jansson (the names are
+   * strings from the client); its closing brace is replaced.
+   */
+  json_object_set_new (head, "ok", json_true ());
+  json_object_set_new (head, "since", control_json_text (since));
+  json_object_set_new (head, "name", name ? control_json_text (name)
+                       : json_null ());
+  r = snapfg_checkpoint_changed (call->e, since, name, &granularity,
+                                 append_range, &cs);
+  if (r == 0 && !cs.failed) {
+    json_object_set_new (head, "granularity", json_integer (granularity));
+    json_object_set_new (head, "bytes", json_integer ((json_int_t) cs.bytes));
+    head_text = json_dumps (head, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  }
+  json_decref (head);
+  if (r < 0 || cs.failed || head_text == NULL) {
+    free (cs.buf);
+    free (head_text);
+    return r < 0 ? r : -ENOMEM;
+  }
+  /* The head without its closing brace, the ranges, the end. */
+  len = strlen (head_text);
+  append (&out, head_text, len - 1);
+  append (&out, ",\"ranges\":[", 11);
+  if (cs.buf)
+    append (&out, cs.buf, cs.len);
+  append (&out, "]}\n", 3);
+  free (cs.buf);
+  free (head_text);
+  if (out.failed) {
+    free (out.buf);
+    return -ENOMEM;
+  }
+  call->raw_reply = out.buf;
+  return 0;
+}
+
 int
 control_do_changed (struct control_call *call)
 {
   const char *name = control_arg_string (call->req, "name");
-  struct snapfg_snapshot *s = snapfg_snapshot_get (call->e, name);
+  const char *since = control_arg_string (call->req, "since");
+  struct snapfg_snapshot *s;
   struct changed_state cs = { .buf = NULL };
   json_t *jname;
   char *name_text, head[64];
   int r;
 
+  if (since)
+    return changed_since (call, since, name);
+  if (name == NULL) {
+    snprintf (call->error, sizeof call->error,
+              "changed: missing \"name\" (a snapshot) or \"since\" (a "
+              "checkpoint); snapfgctl: changed SNAPSHOT, or changed "
+              "--since CHECKPOINT [SNAPSHOT]");
+    return -EINVAL;
+  }
+  s = snapfg_snapshot_get (call->e, name);
   if (s == NULL)
     return no_such_snapshot (call, name);
   jname = control_json_text (name);
@@ -415,6 +482,7 @@ control_do_create (struct control_call *call)
     .store_type = control_arg_string (req, "store"),
     .chunk_size = chunk_size,
     .cow_size = control_arg_size (req, "cow_size"),
+    .checkpoint = control_arg_string (req, "checkpoint"),
   };
   struct snapfg_snapshot *s;
   int r;
@@ -466,6 +534,56 @@ control_do_merge (struct control_call *call)
 {
   return snapfg_snapshot_merge (call->e,
                                 control_arg_string (call->req, "name"));
+}
+
+int
+control_do_checkpoint_create (struct control_call *call)
+{
+  return snapfg_checkpoint_create (call->e,
+                                   control_arg_string (call->req, "name"));
+}
+
+int
+control_do_checkpoint_drop (struct control_call *call)
+{
+  return snapfg_checkpoint_drop (call->e,
+                                 control_arg_string (call->req, "name"));
+}
+
+static int
+checkpoint_json (void *opaque, const struct snapfg_checkpoint_info *ci)
+{
+  json_t *list = opaque, *o = json_object ();
+
+  if (o == NULL)
+    return -ENOMEM;
+  set_text (o, "name", ci->name);
+  set_text (o, "state", ci->state);
+  set_int (o, "granularity", ci->granularity);
+  json_object_set_new (o, "created", json_integer (ci->created));
+  set_int (o, "seq", ci->seq);
+  json_object_set_new (o, "snapshot", ci->snapshot
+                       ? control_json_text (ci->snapshot) : json_null ());
+  set_text (o, "bitmap", ci->bitmap);
+  set_int (o, "dirty_bytes", ci->dirty_bytes);
+  return json_array_append_new (list, o) == 0 ? 0 : -ENOMEM;
+}
+
+int
+control_do_checkpoint_list (struct control_call *call)
+{
+  json_t *list = json_array ();
+  int r;
+
+  if (list == NULL)
+    return -ENOMEM;
+  r = snapfg_checkpoint_list (call->e, checkpoint_json, list);
+  if (r < 0) {
+    json_decref (list);
+    return r;
+  }
+  json_object_set_new (call->reply, "checkpoints", list);
+  return 0;
 }
 
 /* --- the dispatcher --- */

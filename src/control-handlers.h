@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the control commands' handlers and their dispatcher.
  *
  * control-server.c reads request lines and hands each parsed request to

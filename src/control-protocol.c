@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: parsing control requests (see control-protocol.h).  Everything
  * a client sends goes through here first, so it checks every key against
  * the command table and rejects anything unexpected with a message.

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the control protocol spoken over the control= socket.
  *
  * One JSON object per line each way.  A request names a command ("cmd")

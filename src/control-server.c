@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the control socket server (see control-server.h): the
  * socket, its clients and their line framing, and the bound on each
  * client's queued replies.  What a request does is control-handlers.c's.

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the control socket server (control=PATH).
  *
  * A Unix socket, mode 0600, served by a libev event loop on its own

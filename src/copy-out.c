@@ -1,6 +1,6 @@
 /* snapfg: the exclusive path — copying an origin chunk into a snapshot's
  * COW store and publishing the exception (the A → B → C → D walk of
- * DESIGN.md section 3).
+ * docs/design.md section 3).
  */
 
 #include <config.h>
@@ -152,7 +152,7 @@ read_origin_chunks (struct snapfg_snapshot *s, uint64_t chunk, uint64_t n,
     memset ((char *) buf + len, 0, want - len);
   }
   r = device_pread (&e->origin, buf, len, start);
-  if (r < 0)
+  if (r < 0 && !engine_origin_shrunk (e, r, start + len))
     snapfg_error ("origin=%s: read of chunk%s %" PRIu64 "%s for a copy-out "
                   "failed: %s", e->origin.path, n > 1 ? "s" : "", chunk,
                   n > 1 ? "..." : "", strerror (-r));
@@ -246,6 +246,14 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
    * us.  Snapshot reads still go to the origin (its data is unchanged)
    * and are tracked.
    */
+  /* A snapshot write found the store full before (Overflow, as sticky
+   * as dm's): refuse it before taking a chunk, so that retried writes
+   * do not use up the chunks origin copy-outs still need.
+   */
+  if (data && atomic_load (&s->overflow)) {
+    r = -ENOSPC;
+    goto abandon;
+  }
   r = st->ops->alloc_run (st, 1, &nc, &got);
   if (r < 0)
     goto abandon;               /* -ENOSPC: the caller decides what it means */
@@ -254,6 +262,13 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
 
   r = write_chunk_copy (s, chunk, nc, data, count, offset_in_chunk,
                         &cow_failed);
+  /* The file system holding the store is full.  For a snapshot write
+   * that is Overflow (docs/design.md section 6): the write fails with ENOSPC,
+   * and nothing refers to the chunk it may have half written.  For an
+   * origin write the snapshot cannot keep the old data: Invalid.
+   */
+  if (r == -ENOSPC && cow_failed && data)
+    goto abandon;
   if (r < 0 && cow_failed) {
     snapshot_invalidate (s, "write to the COW store failed", -r);
     r = -EIO;
@@ -262,6 +277,11 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
     goto abandon;
   engine_fault_point (e, FAULT_AFTER_COW_DATA);
   r = st->ops->commit (st, &pair, 1);
+  if (r == -ENOSPC && data)
+    /* No room for the exception table to grow: the store can take no
+     * new exception, but every one it holds is intact (Overflow).
+     */
+    goto abandon;
   if (r < 0) {
     snapshot_invalidate (s, "committing an exception failed", -r);
     r = -EIO;

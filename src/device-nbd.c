@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the NBD backend (see device.h): an origin or COW store served
  * by an NBD server and named by a URI, e.g.
  *
@@ -597,6 +599,17 @@ nbd_dev_truncate (struct snapfg_device *dev, uint64_t size)
   return -EINVAL;               /* an export has a fixed size */
 }
 
+/* An export cannot shrink: zero (trim) what was used, so that it reads
+ * as all zero again.
+ */
+static int
+nbd_dev_discard_contents (struct snapfg_device *dev, uint64_t used)
+{
+  if (dev->readonly)
+    return 0;
+  return device_zero (dev, used, 0, true, false);
+}
+
 const struct device_ops device_nbd_ops = {
   .name = "nbd",
   .open = nbd_dev_open,
@@ -611,4 +624,5 @@ const struct device_ops device_nbd_ops = {
   .zero = nbd_dev_zero,
   .extents = nbd_dev_extents,
   .truncate = nbd_dev_truncate,
+  .discard_contents = nbd_dev_discard_contents,
 };

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the disks the engine reads and writes (see device.h).
  *
  * The dispatchers, the parts every backend shares, and the file backend
@@ -222,9 +224,34 @@ device_extents (const struct snapfg_device *dev, uint64_t count,
 }
 
 int
+device_current_size (const struct snapfg_device *dev, uint64_t *size)
+{
+  struct stat st;
+
+  if (dev->ops != &device_file_ops) {
+    *size = dev->size;          /* an NBD export's size is fixed */
+    return 0;
+  }
+  if (dev->is_block)
+    return ioctl (dev->fd, BLKGETSIZE64, size) == -1 ? -errno : 0;
+  if (fstat (dev->fd, &st) == -1)
+    return -errno;
+  *size = st.st_size;
+  return 0;
+}
+
+int
 device_truncate (struct snapfg_device *dev, uint64_t size)
 {
   return dev->ops->truncate (dev, size);
+}
+
+int
+device_discard_contents (struct snapfg_device *dev, uint64_t used)
+{
+  if (used > dev->size && dev->fixed_size)
+    used = dev->size;
+  return dev->ops->discard_contents (dev, used);
 }
 
 /* device_is_all_zero: read every extent that is not known to be zero. */
@@ -386,6 +413,22 @@ file_is_named (const struct snapfg_device *dev, const char *path)
     dev->st_ino == st.st_ino;
 }
 
+/* Would changing [offset, offset+count) of a bounded regular file go
+ * past its end?  Writing there would grow the file, punching or zeroing
+ * would succeed on nothing: either way the request must fail.  (Block
+ * devices refuse writes past their end themselves.)
+ */
+static bool
+past_current_end (const struct snapfg_device *dev, uint64_t offset,
+                  uint64_t count)
+{
+  struct stat st;
+
+  if (!dev->bounded || dev->is_block || fstat (dev->fd, &st) == -1)
+    return false;
+  return offset + count > (uint64_t) st.st_size;
+}
+
 static int
 file_pread (const struct snapfg_device *dev, void *buf, size_t count,
             uint64_t offset)
@@ -400,6 +443,9 @@ file_pread (const struct snapfg_device *dev, void *buf, size_t count,
       return -errno;
     }
     if (r == 0) {
+      /* Past the end of the origin: it shrank under us. */
+      if (dev->bounded)
+        return -EIO;
       /* Past the end of a file that has not grown that far yet (a COW
        * file is extended by writes): reads as zeroes.
        */
@@ -419,6 +465,8 @@ file_pwrite (const struct snapfg_device *dev, const void *buf,
 {
   const char *p = buf;
 
+  if (past_current_end (dev, offset, count))
+    return -EIO;
   while (count > 0) {
     ssize_t r = pwrite (dev->fd, p, count, offset);
     if (r == -1) {
@@ -477,6 +525,8 @@ static int
 file_punch (const struct snapfg_device *dev, uint64_t count,
             uint64_t offset)
 {
+  if (past_current_end (dev, offset, count))
+    return -EIO;
   if (dev->is_block) {
     uint64_t range[2] = { offset, count };
     if (ioctl (dev->fd, BLKDISCARD, range) == -1)
@@ -493,6 +543,8 @@ static int
 file_zero (const struct snapfg_device *dev, uint64_t count,
            uint64_t offset, bool may_trim, bool fast_only)
 {
+  if (past_current_end (dev, offset, count))
+    return -EIO;
   if (dev->is_block) {
     uint64_t range[2] = { offset, count };
     if (ioctl (dev->fd, BLKZEROOUT, range) == 0)
@@ -527,6 +579,11 @@ file_extents (const struct snapfg_device *dev, uint64_t count,
 
   if (dev->is_block)
     return fn (opaque, offset, count, 0);
+  /* SEEK_DATA past the end of a shrunk origin says "hole": zeroes a
+   * client would not even read.
+   */
+  if (past_current_end (dev, offset, count))
+    return -EIO;
 
   while (offset < end) {
     off_t data = lseek (dev->fd, offset, SEEK_DATA);
@@ -574,6 +631,18 @@ file_truncate (struct snapfg_device *dev, uint64_t size)
   return 0;
 }
 
+/* A file gives its space back by becoming empty again.  A block device
+ * cannot shrink: what was used is zeroed, so that it reads as all zero
+ * (a new store) again.
+ */
+static int
+file_discard_contents (struct snapfg_device *dev, uint64_t used)
+{
+  if (dev->is_block)
+    return device_zero (dev, used, 0, true, false);
+  return file_truncate (dev, 0);
+}
+
 const struct device_ops device_file_ops = {
   .name = "file",
   .open = file_open,
@@ -588,4 +657,5 @@ const struct device_ops device_file_ops = {
   .zero = file_zero,
   .extents = file_extents,
   .truncate = file_truncate,
+  .discard_contents = file_discard_contents,
 };

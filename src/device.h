@@ -1,13 +1,20 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the disks the engine reads and writes (origin and COW store).
  *
  * A device is a regular file, a block device, or an NBD export named by
  * a URI (nbd://, nbd+unix://, and the other forms libnbd accepts; see
  * device-nbd.c).  Every backend implements struct device_ops; the
- * device_* functions below dispatch to it, so callers never look at the
- * backend.  All I/O is positioned and every function may be called from
- * many threads at once on one device.  Functions return 0 or a negative
- * errno and never log: callers know which disk it was and say so (with
- * device_strerror for the reason an open failed).
+ * device_* functions below dispatch to it.  Callers read the fields of
+ * struct snapfg_device that describe any disk (path, size, fixed_size,
+ * can_flush, readonly); the backend-specific ones (fd, is_block, is_nbd,
+ * st_*, priv) are the backends' own, except that the store binding
+ * (store-binding.c) and the engine read the origin's identity from them
+ * (docs/design.md section 9).  All I/O is positioned and
+ * every function may be called from many threads at once on one device.
+ * Functions return 0 or a negative errno and never log: callers know
+ * which disk it was and say so (with device_strerror for the reason an
+ * open failed).
  */
 #ifndef SNAPFG_DEVICE_H
 #define SNAPFG_DEVICE_H
@@ -32,6 +39,10 @@ struct snapfg_device {
                               * that cannot flush: it has no write cache,
                               * or so it says) */
   bool readonly;
+  bool bounded;              /* the origin: a regular file or block device
+                              * ending before 'size' (shrunk under us)
+                              * fails I/O there with -EIO instead of
+                              * reading zeroes or growing the file */
   dev_t st_dev;              /* identity, to refuse cow= == origin= */
   ino_t st_ino;
   dev_t st_rdev;
@@ -107,8 +118,22 @@ extern int device_extents (const struct snapfg_device *dev, uint64_t count,
 /* Is the whole device zero (holes count as zero)?  1 yes, 0 no, -errno. */
 extern int device_is_all_zero (const struct snapfg_device *dev);
 
+/* The device's size now, which for a file may differ from dev->size
+ * (the size at open) if something else truncated or extended it.
+ */
+extern int device_current_size (const struct snapfg_device *dev,
+                                uint64_t *size);
+
 /* Set the size of a regular file (-EINVAL for a fixed-size device). */
 extern int device_truncate (struct snapfg_device *dev, uint64_t size);
+
+/* Give back what [0, used) holds and leave the device empty or all zero,
+ * as a new one would be: a file becomes empty, a block device or an NBD
+ * export is zeroed there.  For stores whose contents die with them (the
+ * transient store), so that they never need to know the backend.
+ */
+extern int device_discard_contents (struct snapfg_device *dev,
+                                    uint64_t used);
 
 /* --- backends ---
  *
@@ -142,6 +167,7 @@ struct device_ops {
   int (*extents) (const struct snapfg_device *dev, uint64_t count,
                   uint64_t offset, snapfg_extent_fn fn, void *opaque);
   int (*truncate) (struct snapfg_device *dev, uint64_t size);
+  int (*discard_contents) (struct snapfg_device *dev, uint64_t used);
 };
 
 extern const struct device_ops device_file_ops;   /* device.c */

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: dm-snapshot's persistent exception store format (see
  * dm-format.h).  Shared by the persistent store and snapfgctl inspect.
  */
@@ -12,6 +14,7 @@
 #include <endian.h>
 
 #include "dm-format.h"
+#include "power-of-two.h"
 
 static void
 put_le32 (unsigned char *p, uint32_t v)
@@ -156,9 +159,7 @@ dm_read_header (const struct snapfg_device *dev, struct dm_header *h,
               " (only version %d is known)", h->version, DM_SNAP_VERSION);
     return -EINVAL;
   }
-  if (h->chunk_sectors == 0 ||
-      (h->chunk_sectors & (h->chunk_sectors - 1)) != 0 ||
-      h->chunk_sectors > 2048) {
+  if (!is_power_of_two (h->chunk_sectors) || h->chunk_sectors > 2048) {
     snprintf (why, why_len, "header chunk size %" PRIu32 " sectors is not a "
               "power of two between 1 and 2048 sectors (512 B to 1 MiB)",
               h->chunk_sectors);

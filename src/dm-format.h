@@ -1,6 +1,6 @@
 /* snapfg: Linux dm-snapshot's persistent exception store format.
  *
- * Written from the format's description (DESIGN.md section 5), little
+ * Written from the format's description (docs/design.md section 5), little
  * endian throughout:
  *
  *   chunk 0            header: magic "SnAp" (0x70416e53), valid, version 1,

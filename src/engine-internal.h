@@ -1,5 +1,6 @@
-/* snapfg: engine internals shared by engine.c, io-origin.c and
- * io-snapshot.c.  Not for the plugin.
+/* snapfg: engine internals shared by the engine's own files (engine.c,
+ * io-origin.c, io-snapshot.c, copy-out.c, merge.c).  Not for the plugin,
+ * the control server or snapfgctl, which use engine.h.
  */
 #ifndef SNAPFG_ENGINE_INTERNAL_H
 #define SNAPFG_ENGINE_INTERNAL_H
@@ -10,6 +11,7 @@
 #include <pthread.h>
 
 #include "engine.h"
+#include "cbt-bitmap.h"
 #include "device.h"
 #include "exception-table.h"
 #include "percpu-rwlock.h"
@@ -32,6 +34,12 @@ enum fault_point {
   FAULT_MERGE_BATCH,           /* a merge batch copied, not yet forgotten */
 };
 
+/* Test-only allocation failures (SNAPFG_TEST_FAIL_AT). */
+enum fail_point {
+  FAIL_NONE,
+  FAIL_SNAPSHOT_LIST,          /* growing the engine's list of snapshots */
+};
+
 enum snapshot_state {
   SNAPSHOT_VALID,
   SNAPSHOT_INVALID,            /* COW full during an origin write, or I/O error */
@@ -48,6 +56,7 @@ struct snapfg_snapshot {
   unsigned chunk_shift;
   atomic_int state;            /* enum snapshot_state */
   atomic_bool overflow;        /* a snapshot write found the store full */
+  atomic_bool merged;          /* DROPPED because its merge completed */
   atomic_int refs;             /* the engine's list, and each connection */
   bool owned_cow;              /* the COW is in the state directory: ours */
   /* Every snapshot whose store is open, listed or dropped but still
@@ -77,8 +86,19 @@ struct snapfg_engine {
   uint32_t min_chunk_size;     /* origin requests split at this size */
   struct snapfg_snapshot *merging;  /* being merged: origin I/O is routed */
 
+  /* Merge threads not yet finished, detached ones included (merge.c):
+   * closing the engine waits for them, since they use its locks.
+   */
+  pthread_mutex_t merge_threads_lock;
+  pthread_cond_t merge_threads_done;
+  unsigned merge_threads;
+
   struct snapfg_device origin;
   uint64_t size;               /* the origin's size, fixed */
+  /* The origin file's size when it was last found shrunk (initially
+   * 'size'): each new size is logged once, not per request.
+   */
+  atomic_uint_least64_t origin_size_seen;
 
   struct catalogue *catalogue; /* state=, or NULL (lifecycle.c) */
   struct snapfg_snapshot *live;  /* under engine_live_lock */
@@ -100,12 +120,37 @@ struct snapfg_engine {
   /* Test hook: SNAPFG_TEST_CRASH_AT kills the process at a fault point. */
   enum fault_point fault_at;
   atomic_long fault_countdown;
+  /* Test hook: SNAPFG_TEST_FAIL_AT makes an allocation fail. */
+  enum fail_point fail_at;
+  atomic_long fail_countdown;
 
   /* A chunk's worth of zeroes (the largest chunk size), for zeroing
    * snapshot chunks.  Read-only after open.
    */
   const void *zeroes;
+
+  /* Checkpoints (checkpoint.c).  cbt_active is the newest checkpoint's
+   * bitmap, which every origin change marks first; it changes only under
+   * the geometry write side (and the chain's io_lock).
+   */
+  struct checkpoint_chain *cbt;
+  struct cbt_bitmap *_Atomic cbt_active;
 };
+
+/* The origin's [offset, offset+count) is about to change: record it in
+ * the active checkpoint first (with the geometry read side held).  With
+ * no checkpoint, or every granule marked already, a load or two.
+ */
+static inline void
+engine_track_change (struct snapfg_engine *e, uint64_t offset,
+                     uint64_t count)
+{
+  struct cbt_bitmap *bm = atomic_load_explicit (&e->cbt_active,
+                                                memory_order_acquire);
+
+  if (bm)
+    cbt_bitmap_mark (bm, offset, count);
+}
 
 static inline bool
 snapshot_is_valid (const struct snapfg_snapshot *s)
@@ -130,6 +175,15 @@ extern int merge_origin_io (struct snapfg_engine *e, enum origin_op op,
 extern int merge_start_thread (struct snapfg_snapshot *s);
 /* Stop and join a merge thread (engine close). */
 extern void merge_stop_thread (struct snapfg_snapshot *s);
+
+/* An origin request ending at 'end' failed with r.  If that is because
+ * the origin file shrank under the server, say so (once per new size),
+ * invalidate every valid snapshot that had not copied out all of what
+ * was lost, and return true: the caller need not log the request.
+ * Called with the geometry read side held.
+ */
+extern bool engine_origin_shrunk (struct snapfg_engine *e, int r,
+                                  uint64_t end);
 
 /* Protects every engine's live list (a process has one engine; a
  * snapshot may outlive it by a connection's reference).
@@ -166,6 +220,9 @@ extern const char *merge_prepare_locked (struct snapfg_engine *e,
 /* Die here if the test hook asks for it. */
 extern void engine_fault_point (struct snapfg_engine *e,
                                 enum fault_point where);
+
+/* Should the allocation at 'where' fail, as the test hook asks? */
+extern bool engine_fail_point (struct snapfg_engine *e, enum fail_point where);
 
 /* Sleep for the test hook, if set. */
 extern void engine_test_delay (const struct snapfg_engine *e);

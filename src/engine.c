@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the engine — opening the origin, taking snapshots, geometry and
  * status.  The request paths are in io-origin.c, io-snapshot.c and
  * copy-out.c.
@@ -15,7 +17,9 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "power-of-two.h"
 #include "catalogue.h"
+#include "checkpoint.h"
 #include "file-lock.h"
 #include "store-binding.h"
 #include "snapfg-log.h"
@@ -25,8 +29,16 @@ snapfg_check_chunk_size (int64_t chunk_size)
 {
   if (chunk_size < SNAPFG_MIN_CHUNK_SIZE || chunk_size > SNAPFG_MAX_CHUNK_SIZE)
     return "must be between 512 and 1M";
-  if ((chunk_size & (chunk_size - 1)) != 0)
+  if (!is_power_of_two (chunk_size))
     return "must be a power of two";
+  return NULL;
+}
+
+const char *
+snapfg_check_store_type (const char *store_type)
+{
+  if (store_type_find (store_type) == NULL)
+    return "unknown store type (expected " SNAPFG_STORE_TYPE_CHOICES ")";
   return NULL;
 }
 
@@ -71,6 +83,30 @@ parse_fault_point (struct snapfg_engine *e, const char *spec)
   atomic_init (&e->fault_countdown, colon ? strtol (colon + 1, NULL, 10) : 1);
   if (e->fault_at == FAULT_NONE)
     snapfg_error ("SNAPFG_TEST_CRASH_AT=%s: unknown fault point", spec);
+}
+
+/* Test hook: SNAPFG_TEST_FAIL_AT=WHERE[:N] makes the Nth (default first)
+ * allocation at WHERE fail as if memory ran out: "snapshot-list"
+ * (adding a snapshot to the engine's list).  Error paths that no other
+ * test can reach deterministically are tested with it.
+ */
+static void
+parse_fail_point (struct snapfg_engine *e, const char *spec)
+{
+  const char *colon;
+  size_t len;
+
+  e->fail_at = FAIL_NONE;
+  if (spec == NULL || *spec == '\0')
+    return;
+  colon = strchr (spec, ':');
+  len = colon ? (size_t) (colon - spec) : strlen (spec);
+  if (len == strlen ("snapshot-list") &&
+      strncmp (spec, "snapshot-list", len) == 0)
+    e->fail_at = FAIL_SNAPSHOT_LIST;
+  else
+    snapfg_error ("SNAPFG_TEST_FAIL_AT=%s: unknown failure point", spec);
+  atomic_init (&e->fail_countdown, colon ? strtol (colon + 1, NULL, 10) : 1);
 }
 
 int
@@ -132,6 +168,11 @@ snapfg_engine_open (const struct snapfg_options *opts,
     goto err_close;
   }
   e->size = e->origin.size;
+  /* Clients are told this size: if the file shrinks under us, requests
+   * past its new end fail instead of reading zeroes or growing it.
+   */
+  e->origin.bounded = true;
+  atomic_init (&e->origin_size_seen, e->size);
 
   e->zeroes = calloc (1, SNAPFG_MAX_CHUNK_SIZE);
   if (e->zeroes == NULL) {
@@ -142,8 +183,12 @@ snapfg_engine_open (const struct snapfg_options *opts,
   r = percpu_rwlock_init (&e->geometry);
   if (r < 0)
     goto err_zeroes;
+  pthread_mutex_init (&e->merge_threads_lock, NULL);
+  pthread_cond_init (&e->merge_threads_done, NULL);
   r = stats_init (&e->stats);
   if (r < 0) {
+    pthread_cond_destroy (&e->merge_threads_done);
+    pthread_mutex_destroy (&e->merge_threads_lock);
     percpu_rwlock_destroy (&e->geometry);
     goto err_zeroes;
   }
@@ -155,6 +200,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   if (env && *env)
     e->test_merge_delay_us = strtoul (env, NULL, 10);
   parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
+  parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
 
   *ep = e;
   return 0;
@@ -218,6 +264,15 @@ snapfg_engine_close (struct snapfg_engine *e)
     return;
   for (size_t i = 0; i < e->nsnapshots; ++i)
     merge_stop_thread (e->snapshots[i]);
+  /* A merge that ended by itself detached its thread, which may still be
+   * on its way out through the geometry lock.
+   */
+  pthread_mutex_lock (&e->merge_threads_lock);
+  while (e->merge_threads > 0)
+    pthread_cond_wait (&e->merge_threads_done, &e->merge_threads_lock);
+  pthread_mutex_unlock (&e->merge_threads_lock);
+  /* No origin change can come any more: the bitmaps close cleanly. */
+  checkpoint_chain_close (e, true);
   /* No request can arrive any more, but a connection's close may still
    * hold a reference.  Close every store now anyway (a transient store
    * gives its file back, a persistent one flushes): the struct itself
@@ -244,6 +299,8 @@ snapfg_engine_close (struct snapfg_engine *e)
   }
   pthread_mutex_unlock (&engine_live_lock);
   stats_destroy (&e->stats);
+  pthread_cond_destroy (&e->merge_threads_done);
+  pthread_mutex_destroy (&e->merge_threads_lock);
   percpu_rwlock_destroy (&e->geometry);
   free ((void *) e->zeroes);
   device_close (&e->origin);
@@ -393,7 +450,7 @@ snapshot_create (struct snapfg_engine *e,
     .opaque = e,
   };
   struct snapfg_store_params params = {
-    .type = o->store_type ? o->store_type : "persistent",
+    .type = o->store_type ? o->store_type : SNAPFG_DEFAULT_STORE_TYPE,
     .path = o->cow_path,
     .chunk_size = o->chunk_size ? o->chunk_size : SNAPFG_DEFAULT_CHUNK_SIZE,
     .cow_size = o->cow_size,
@@ -404,6 +461,7 @@ snapshot_create (struct snapfg_engine *e,
     .must_exist = o->attach == SNAPFG_ATTACH_RESTORE,
   };
   struct snapfg_snapshot *s, **list;
+  struct checkpoint *cp = NULL;
   const char *problem;
   percpu_rwlock_token token;
   const char *in_use;
@@ -451,6 +509,7 @@ snapshot_create (struct snapfg_engine *e,
   s->engine = e;
   atomic_init (&s->state, SNAPSHOT_VALID);
   atomic_init (&s->overflow, false);
+  atomic_init (&s->merged, false);
   atomic_init (&s->refs, 1);    /* the engine's list */
   pthread_mutex_init (&s->merge_lock, NULL);
   s->name = strdup (o->name);
@@ -486,6 +545,20 @@ snapshot_create (struct snapfg_engine *e,
     }
   }
 
+  /* A checkpoint started at the same instant: its bitmap file is made
+   * now, outside the write side.  Checkpoints of an older snapshot of
+   * this name let go of it first.
+   */
+  if (o->attach == SNAPFG_ATTACH_RUNTIME)
+    checkpoint_forget_snapshot (e, o->name);
+  if (o->checkpoint) {
+    r = checkpoint_prepare (e, o->checkpoint, o->name, &cp);
+    if (r < 0) {
+      snapshot_discard (s);
+      return r;
+    }
+  }
+
   /* The snapshot's point in time: every origin write in flight holds the
    * read side, so once we hold the write side they have all completed,
    * and every later one sees this snapshot and copies out into it.
@@ -494,29 +567,33 @@ snapshot_create (struct snapfg_engine *e,
   if (find_snapshot_locked (e, o->name) != NULL) {
     percpu_rwlock_write_unlock (&e->geometry);
     snapfg_error ("snapshot \"%s\" already exists", o->name);
-    snapshot_discard (s);
-    return -EEXIST;
+    r = -EEXIST;
+    goto err_discard;
   }
-  if (e->merging || (s->store->opened_merging && e->nsnapshots > 0)) {
+  if (e->merging || (s->store->opened_merging &&
+                     (e->nsnapshots > 0 || cp))) {
     percpu_rwlock_write_unlock (&e->geometry);
     snapfg_error ("snapshot \"%s\": snapshot %s is being merged into the "
                   "origin; no other snapshot may exist until it is done",
                   o->name, e->merging ? e->merging->name : o->name);
-    snapshot_discard (s);
-    return -EBUSY;
+    r = -EBUSY;
+    goto err_discard;
   }
   if (e->nsnapshots >= e->max_snapshots) {
     percpu_rwlock_write_unlock (&e->geometry);
     too_many_snapshots (e, o->name);
-    snapshot_discard (s);
-    return -EMLINK;
+    r = -EMLINK;
+    goto err_discard;
   }
   /* Grow the list before anything refers to s: on failure s is freed. */
-  list = realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
+  list = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? NULL
+    : realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
   if (list == NULL) {
     percpu_rwlock_write_unlock (&e->geometry);
-    snapshot_discard (s);
-    return -ENOMEM;
+    snapfg_error ("snapshot \"%s\": out of memory adding it to the list "
+                  "of snapshots", o->name);
+    r = -ENOMEM;
+    goto err_discard;
   }
   e->snapshots = list;
   /* In the catalogue before anyone can see it, and at its instant: a
@@ -525,8 +602,23 @@ snapshot_create (struct snapfg_engine *e,
   r = lifecycle_record (e, s, o, params.type);
   if (r < 0) {
     percpu_rwlock_write_unlock (&e->geometry);
-    snapshot_discard (s);
-    return r;
+    goto err_discard;
+  }
+  /* The checkpoint takes over tracking at the same instant.  If it
+   * cannot be recorded, the snapshot is not taken either.
+   */
+  if (cp) {
+    r = checkpoint_commit_locked (e, cp);
+    if (r < 0) {
+      if (e->catalogue)
+        catalogue_snapshot_remove (e->catalogue, s->name, "dropped",
+                                   "its checkpoint could not be recorded");
+      percpu_rwlock_write_unlock (&e->geometry);
+      snapfg_error ("snapshot \"%s\": cannot record checkpoint \"%s\" in "
+                    "the catalogue; the snapshot is not taken", o->name,
+                    o->checkpoint);
+      goto err_discard;
+    }
   }
   if (s->store->opened_merging) {
     /* A merge was under way: the origin view is the snapshot's from now
@@ -540,12 +632,20 @@ snapshot_create (struct snapfg_engine *e,
   e->nsnapshots++;
   e->min_chunk_size = compute_min_chunk_size (e);
   percpu_rwlock_write_unlock (&e->geometry);
+  if (cp)
+    checkpoint_finish (e, cp);
 
   if (snapfg_debug_cow)
     snapfg_debug ("snapshot %s created: %s store, chunk %" PRIu32
                   ", COW %s", s->name, s->store->ops->name, s->chunk_size,
                   s->store->dev.path);
   return 0;
+
+ err_discard:
+  if (cp)
+    checkpoint_abandon (e, cp);
+  snapshot_discard (s);
+  return r;
 }
 
 struct snapfg_snapshot *
@@ -653,6 +753,33 @@ compare_chunks (const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
+/* An incremental backup built from the changed ranges of a snapshot is
+ * only complete if every origin change since the snapshot's instant was
+ * copied out into it: not so for an Invalid snapshot (copy-outs stopped
+ * when it became Invalid) nor a merging one (its exceptions are being
+ * merged away).  Says why and returns -errno, or 0.
+ */
+static int
+changed_refusal (struct snapfg_snapshot *s)
+{
+  switch (atomic_load (&s->state)) {
+  case SNAPSHOT_VALID:
+    return 0;
+  case SNAPSHOT_MERGING:
+    snapfg_error ("changed %s: the snapshot is being merged into the "
+                  "origin, so its changed ranges are no longer known; "
+                  "after the merge, back up the origin in full", s->name);
+    return -EBUSY;
+  default:
+    snapfg_error ("changed %s: the snapshot is %s, so the list of origin "
+                  "ranges changed since it was taken is incomplete; take a "
+                  "full backup", s->name,
+                  atomic_load (&s->state) == SNAPSHOT_DROPPED
+                  ? "dropped" : "Invalid");
+    return -EIO;
+  }
+}
+
 int
 snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
                          void *opaque)
@@ -661,9 +788,20 @@ snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
   size_t n, i;
   int r;
 
+  r = changed_refusal (s);
+  if (r < 0)
+    return r;
   r = exception_table_collect (&s->table, &chunks, &n);
   if (r < 0)
     return r;
+  /* It may have become Invalid while the table was read: the list would
+   * miss the origin changes made since.
+   */
+  r = changed_refusal (s);
+  if (r < 0) {
+    free (chunks);
+    return r;
+  }
   qsort (chunks, n, sizeof *chunks, compare_chunks);
   for (i = 0; i < n && r == 0; ) {
     size_t j = i + 1;
@@ -714,7 +852,12 @@ snapfg_snapshot_info (struct snapfg_snapshot *s,
   s->store->ops->usage (s->store, &info->allocated_sectors,
                         &info->total_sectors, &info->metadata_sectors);
   info->exceptions = exception_table_count (&s->table);
-  if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
+  /* A status request may hold a reference taken just before a drop or
+   * the end of a merge: say which, not "Invalid".
+   */
+  if (atomic_load (&s->state) == SNAPSHOT_DROPPED)
+    info->state = atomic_load (&s->merged) ? "merged" : "dropped";
+  else if (atomic_load (&s->state) == SNAPSHOT_MERGING) {
     info->state = "merging";
     info->merge_done = atomic_load (&s->merge_done);
     info->merge_total = atomic_load (&s->merge_total);
@@ -816,6 +959,58 @@ snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
   s->store->ops->invalidate (s->store);
 }
 
+/* Does s hold its own copy of every chunk of [first, last]? */
+static bool
+snapshot_holds_chunks (struct snapfg_snapshot *s, uint64_t first,
+                       uint64_t last)
+{
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    struct exception_stripe *stripe = exception_table_stripe (&s->table,
+                                                              chunk);
+    bool held;
+
+    exception_stripe_lock (stripe);
+    held = exception_stripe_lookup (stripe, chunk, NULL) &&
+      !exception_stripe_is_pending (stripe, chunk);
+    exception_stripe_unlock (stripe);
+    if (!held)
+      return false;
+  }
+  return true;
+}
+
+bool
+engine_origin_shrunk (struct snapfg_engine *e, int r, uint64_t end)
+{
+  uint64_t now, seen;
+
+  if (r != -EIO || device_current_size (&e->origin, &now) < 0 || now >= end)
+    return false;               /* a real I/O error */
+  seen = atomic_load (&e->origin_size_seen);
+  while (now != seen)
+    if (atomic_compare_exchange_weak (&e->origin_size_seen, &seen, now)) {
+      snapfg_error ("origin=%s: the file shrank to %" PRIu64 " bytes "
+                    "under the running server (it had %" PRIu64 " bytes "
+                    "at start-up); requests past %" PRIu64 " fail with EIO",
+                    e->origin.path, now, e->size, now);
+      /* What was past the new end is gone: a snapshot that still read
+       * any of it from the origin has lost that data for good (dm, too,
+       * invalidates a snapshot whose copy fails).
+       */
+      for (size_t i = 0; i < e->nsnapshots; ++i) {
+        struct snapfg_snapshot *s = e->snapshots[i];
+
+        if (snapshot_is_valid (s) &&
+            !snapshot_holds_chunks (s, now >> s->chunk_shift,
+                                    (e->size - 1) >> s->chunk_shift))
+          snapshot_invalidate (s, "the origin shrank, and the data it "
+                               "lost was not copied out", 0);
+      }
+      break;
+    }
+  return true;
+}
+
 void
 engine_fault_point (struct snapfg_engine *e, enum fault_point where)
 {
@@ -827,6 +1022,18 @@ engine_fault_point (struct snapfg_engine *e, enum fault_point where)
   snapfg_debug ("test fault point %d reached: killing the process", where);
   kill (getpid (), SIGKILL);
   pause ();
+}
+
+bool
+engine_fail_point (struct snapfg_engine *e, enum fail_point where)
+{
+  if (e->fail_at != where)
+    return false;
+  if (atomic_fetch_sub (&e->fail_countdown, 1) != 1)
+    return false;
+  snapfg_debug ("test failure point %d reached: failing the allocation",
+                where);
+  return true;
 }
 
 void
@@ -863,17 +1070,34 @@ snapfg_flush (struct snapfg_engine *e, struct snapfg_snapshot *from)
   }
 
   /* COW first: an origin chunk on disk must never be newer than the
-   * snapshots' copies of it.
+   * snapshots' copies of it.  The checkpoint bitmap too: an origin
+   * change on disk must never be missing from it.
    */
+  checkpoint_sync (e);
   for (size_t i = 0; i < e->nsnapshots && r == 0; ++i) {
     struct snapfg_snapshot *s = e->snapshots[i];
     int sr;
 
+    if (s == e->merging) {
+      /* Origin writes to chunks not merged yet went into this COW store:
+       * it holds origin data, and its flush failing fails the flush.
+       */
+      r = s->store->ops->flush (s->store);
+      if (r < 0)
+        snapfg_error ("snapshot %s (COW %s): flush during the merge "
+                      "failed: %s", s->name, s->store->dev.path,
+                      strerror (-r));
+      continue;
+    }
     if (!snapshot_is_valid (s))
       continue;
     sr = s->store->ops->flush (s->store);
     if (sr < 0)
       snapshot_invalidate (s, "flushing the COW store failed", -sr);
+  }
+  if (r < 0) {
+    percpu_rwlock_read_unlock (&e->geometry, token);
+    return r;
   }
   if (!e->origin.readonly)
     r = device_flush (&e->origin);

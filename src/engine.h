@@ -1,5 +1,5 @@
 /* snapfg: the engine — an origin and point-in-time snapshots of it, with
- * dm-snapshot semantics (see ../shared/DESIGN.md, kept in README.md).
+ * dm-snapshot semantics (see docs/design.md).
  *
  * All request functions return 0 or a negative errno.  They may be called
  * from any number of threads at once.
@@ -54,7 +54,7 @@ struct snapfg_options {
   unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
 };
 
-/* Who attaches a snapshot's store (DESIGN.md section 7): this decides
+/* Who attaches a snapshot's store (docs/design.md section 7): this decides
  * which existing stores may be attached as valid.
  */
 enum snapfg_attach {
@@ -67,7 +67,7 @@ enum snapfg_attach {
 struct snapfg_snapshot_options {
   const char *name;                /* export name */
   const char *cow_path;            /* NULL: STATE.d/NAME.cow (needs state=) */
-  const char *store_type;          /* "transient" or "persistent" */
+  const char *store_type;          /* store-types.h; NULL: the default */
   uint32_t chunk_size;             /* power of two, 512 .. 1M */
   uint64_t cow_size;               /* 0: default */
   enum snapfg_attach attach;
@@ -76,6 +76,8 @@ struct snapfg_snapshot_options {
   bool merging;                    /* the catalogue says a merge is under way */
   bool owned;                      /* the COW is in the state directory */
   int64_t created;
+  const char *checkpoint;          /* also start this checkpoint at the
+                                      snapshot's instant (checkpoint.h) */
 };
 
 struct catalogue;
@@ -95,6 +97,7 @@ extern int snapfg_engine_restore (struct snapfg_engine *e);
 /* Checks shared by the plugin's parameter parsing and snapfgctl.  They
  * return NULL if the value is fine, else a message saying what is wrong.
  */
+extern const char *snapfg_check_store_type (const char *store_type);
 extern const char *snapfg_check_chunk_size (int64_t chunk_size);
 extern const char *snapfg_check_block_size (int64_t block_size);
 /* A snapshot name: UTF-8, no control characters, 1 to
@@ -147,7 +150,9 @@ extern int snapfg_set_block_size (struct snapfg_engine *e,
                                   uint32_t block_size);
 
 /* The origin ranges written since the snapshot was taken (its remapped
- * chunks, merged into extents), in order.
+ * chunks, merged into extents), in order.  Refused (logged, -EIO or
+ * -EBUSY) for an Invalid or merging snapshot, whose list would be
+ * incomplete.
  */
 typedef int (*snapfg_range_fn) (void *opaque, uint64_t offset,
                                 uint64_t length);
@@ -169,7 +174,7 @@ extern void snapfg_view_stats (struct snapfg_engine *e,
 
 struct snapfg_snapshot_info {
   const char *name;
-  const char *store;               /* "persistent" or "transient" */
+  const char *store;               /* its type's name (store-types.h) */
   const char *cow_path;
   uint32_t chunk_size;
   const char *state;               /* "valid", "Invalid", "Overflow",

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: striped exception tables.
  *
  * One table per snapshot maps an origin chunk ("old chunk") to the chunk of
@@ -6,14 +8,14 @@
  * stripe's completed exceptions, its pending exceptions (copy-outs in
  * progress) and its tracked reads (snapshot reads that were sent to the
  * origin and are still in flight).  Together they give the four chunk
- * states of DESIGN.md section 3:
+ * states of docs/design.md section 3:
  *
  *   A  no completed, no pending     snapshot reads go to the origin
  *   B  pending only                 being copied; writers wait
  *   C  pending + completed          published; earlier origin reads drain
  *   D  completed only               remapped; origin writes go through
  *
- * Rules (DESIGN.md section 4): no I/O, allocation or sleeping under a
+ * Rules (docs/design.md section 4): no I/O, allocation or sleeping under a
  * stripe lock, except waiting on the stripe's condition variable; re-check
  * both tables after every wait; hold at most one stripe lock.  That is why
  * growing a stripe's hash is done by exception_stripe_grow() with the lock

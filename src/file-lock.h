@@ -1,5 +1,5 @@
 /* snapfg: whole-file OFD locks on the origin, the COW stores and the
- * catalogue (DESIGN.md section 7).
+ * catalogue (docs/design.md section 7).
  *
  * Open file description locks (F_OFD_SETLK) rather than classic POSIX
  * locks: they belong to the open file, so they survive nbdkit's fork into

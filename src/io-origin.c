@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: requests on the origin view.
  *
  * Every request that changes origin data (write, zero, trim) first makes
@@ -14,6 +16,7 @@
 #include <inttypes.h>
 
 #include "engine-internal.h"
+#include "checkpoint.h"
 #include "snapfg-log.h"
 
 int
@@ -29,10 +32,10 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
     ? merge_origin_io (e, ORIGIN_READ, buf, count, offset, 0)
     : device_pread (&e->origin, buf, count, offset);
 
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  if (r < 0)
+  if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
     snapfg_error ("origin=%s: read at %" PRIu64 " failed: %s",
                   e->origin.path, offset, strerror (-r));
+  percpu_rwlock_read_unlock (&e->geometry, token);
   stats_request (&e->stats, start, STAT_BYTES_READ, count, r);
   return r;
 }
@@ -68,7 +71,7 @@ needs_copy_out (struct snapfg_engine *e, uint32_t count, uint64_t offset)
 
 /* Copy out every chunk of [offset, offset+count) into every valid
  * snapshot that does not hold it yet.  A snapshot whose store is full or
- * failed becomes Invalid and the origin change goes ahead (DESIGN.md
+ * failed becomes Invalid and the origin change goes ahead (docs/design.md
  * section 6); an origin read error is returned to the client.
  */
 static int
@@ -129,12 +132,25 @@ apply_origin_change (struct snapfg_engine *e, enum origin_op op,
   }
   if (r == 0 && (flags & SNAPFG_REQ_FUA))
     r = device_flush (&e->origin);
-  if (r < 0)
+  if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
     snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
                   " failed: %s", e->origin.path,
                   op == ORIGIN_WRITE ? "write" : op == ORIGIN_ZERO ? "zero"
                   : "trim", count, offset, strerror (-r));
   return r;
+}
+
+/* Record the change in the active checkpoint before making it (its bit
+ * reaches the bitmap file first: see cbt-bitmap.h); with FUA the bitmap
+ * is synced too, before the origin is.
+ */
+static void
+track_origin_change (struct snapfg_engine *e, uint32_t count,
+                     uint64_t offset, unsigned flags)
+{
+  engine_track_change (e, offset, count);
+  if (flags & SNAPFG_REQ_FUA)
+    checkpoint_sync (e);
 }
 
 /* Write, zero or trim the origin.  A trimmed range reads back as zeroes
@@ -153,18 +169,25 @@ change_origin (struct snapfg_engine *e, enum origin_op op, const void *buf,
   if (e->origin.readonly)
     return -EROFS;
   token = percpu_rwlock_read_lock (&e->geometry);
-  if (e->merging)
+  if (e->merging) {
     /* Unmerged chunks live in the COW store: zeroing them is not fast. */
-    r = fast ? -ENOTSUP
-      : merge_origin_io (e, op, (void *) buf, count, offset, flags);
+    if (fast)
+      r = -ENOTSUP;
+    else {
+      track_origin_change (e, count, offset, flags);
+      r = merge_origin_io (e, op, (void *) buf, count, offset, flags);
+    }
+  }
   else {
     /* A fast zero must not copy out: refuse before changing anything. */
     if (fast && needs_copy_out (e, count, offset))
       r = -ENOTSUP;
     else
       r = prepare_origin_change (e, count, offset);
-    if (r == 0)
+    if (r == 0) {
+      track_origin_change (e, count, offset, flags);
       r = apply_origin_change (e, op, buf, count, offset, flags);
+    }
   }
   percpu_rwlock_read_unlock (&e->geometry, token);
   stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);

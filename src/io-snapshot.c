@@ -1,10 +1,12 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: requests on a snapshot view.
  *
  * A remapped chunk (a completed exception) is read from and written to
  * the COW store; the rest is read from the origin.  Those origin reads
  * are tracked in the exception table while in flight, so that a copy-out
  * of the same chunk cannot let an origin write overwrite the data under
- * them (DESIGN.md section 3).
+ * them (docs/design.md section 3).
  */
 
 #include <config.h>
@@ -79,7 +81,7 @@ read_run (struct snapfg_snapshot *s, struct origin_run *run)
     return 0;
   engine_test_delay (e);        /* widen the tracked-read window in tests */
   r = device_pread (&e->origin, run->buf, run->length, run->offset);
-  if (r < 0)
+  if (r < 0 && !engine_origin_shrunk (e, r, run->offset + run->length))
     snapfg_error ("origin=%s: read at %" PRIu64 " for snapshot %s failed: %s",
                   e->origin.path, run->offset, s->name, strerror (-r));
   release_run (run);
@@ -173,12 +175,13 @@ snapshot_write (struct snapfg_snapshot *s, const void *data, uint32_t count,
       r = device_pwrite (&s->store->dev,
                          src == SNAPFG_ZERO_DATA ? e->zeroes : src, n,
                          store_chunk_offset (s->store, new_chunk) + in_chunk);
-      if (r < 0) {
+      if (r < 0 && r != -ENOSPC) {
         snapshot_invalidate (s, "write to the COW store failed", -r);
         r = -EIO;
       }
     }
-    else if (r == -ENOSPC) {
+    if (r == -ENOSPC) {
+      /* The store's cow-size= is reached or its file system is full. */
       if (!atomic_exchange (&s->overflow, true))
         snapfg_error ("snapshot %s (COW %s): the COW store is full; "
                       "snapshot writes that need a new chunk fail with "

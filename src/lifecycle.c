@@ -1,4 +1,4 @@
-/* snapfg: a snapshot's life beyond one server run (DESIGN.md section 7):
+/* snapfg: a snapshot's life beyond one server run (docs/design.md section 7):
  * the catalogue (state=) records every snapshot, drop and merge; a
  * restart brings them back; a COW store is never this server's own
  * export nor a file some snapshot still holds.
@@ -172,9 +172,10 @@ snapfg_engine_restore (struct snapfg_engine *e)
       .owned = rec->owned,
       .created = rec->created,
     };
+    const struct store_type *type = store_type_find (rec->store);
     struct snapfg_snapshot *s;
 
-    if (strcmp (rec->store, "persistent") != 0) {
+    if (type == NULL || !type->survives_restart) {
       /* A transient table lived in memory only. */
       snapfg_debug ("state=%s: transient snapshot %s did not survive the "
                     "restart: recorded as lost",

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: merging a snapshot back into its origin (dm's snapshot-merge).
  *
  * The origin view becomes the snapshot's view at once: origin requests
@@ -28,6 +30,7 @@
 #include <unistd.h>
 
 #include "engine-internal.h"
+#include "checkpoint.h"
 #include "snapfg-log.h"
 
 #define MERGE_BATCH 16
@@ -138,8 +141,14 @@ copy_back (struct snapfg_snapshot *s, const struct store_pair *pair,
     len = e->size - start;
   r = device_pread (&s->store->dev, buf, len,
                     store_chunk_offset (s->store, pair->new_chunk));
-  if (r == 0)
+  if (r == 0) {
+    /* The origin's data changes here (its view changed when the merge
+     * began, and was tracked then): the active checkpoint records it
+     * too, before the write.
+     */
+    checkpoint_track_unlocked (e, start, len);
     r = device_pwrite (&e->origin, buf, len, start);
+  }
   return r;
 }
 
@@ -214,6 +223,7 @@ finish_merge (struct snapfg_snapshot *s)
     }
   }
   e->min_chunk_size = 0;
+  atomic_store (&s->merged, true);
   atomic_store (&s->state, SNAPSHOT_DROPPED);
   percpu_rwlock_write_unlock (&e->geometry);
   snapfg_debug ("snapshot %s: merge complete (%" PRIu64 " chunks); the "
@@ -280,6 +290,10 @@ merge_thread (void *arg)
   }
   pthread_mutex_unlock (&s->merge_lock);
   snapfg_snapshot_put (s);      /* the thread's own reference */
+  pthread_mutex_lock (&e->merge_threads_lock);
+  if (--e->merge_threads == 0)
+    pthread_cond_broadcast (&e->merge_threads_done);
+  pthread_mutex_unlock (&e->merge_threads_lock);
   return NULL;
 }
 
@@ -293,8 +307,14 @@ merge_start_thread (struct snapfg_snapshot *s)
     atomic_store (&s->merge_total, exception_table_count (&s->table)
                   + atomic_load (&s->merge_done));
     atomic_fetch_add (&s->refs, 1);     /* the thread's own reference */
+    pthread_mutex_lock (&s->engine->merge_threads_lock);
+    s->engine->merge_threads++;
+    pthread_mutex_unlock (&s->engine->merge_threads_lock);
     err = pthread_create (&s->merge_thread, NULL, merge_thread, s);
     if (err) {
+      pthread_mutex_lock (&s->engine->merge_threads_lock);
+      s->engine->merge_threads--;
+      pthread_mutex_unlock (&s->engine->merge_threads_lock);
       atomic_fetch_sub (&s->refs, 1);
       snapfg_error ("snapshot %s: cannot start the merge thread: %s",
                     s->name, strerror (err));
@@ -342,6 +362,10 @@ merge_prepare_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
   if (*r == 0) {
     atomic_store (&s->state, SNAPSHOT_MERGING);
     e->merging = s;
+    /* The origin view becomes the snapshot's now: every chunk it holds
+     * changes, at this instant, for the active checkpoint.
+     */
+    checkpoint_track_snapshot_locked (e, s);
   }
   return NULL;
 }

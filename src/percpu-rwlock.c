@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: a per-CPU (per-thread) reader/writer lock (see percpu-rwlock.h). */
 
 #include <config.h>
@@ -10,7 +12,9 @@
 #include <linux/membarrier.h>
 
 #include "percpu-rwlock.h"
+#include "scoped-lock.h"
 #include "snapfg-log.h"
+#include "vector.h"
 
 #if defined(__SANITIZE_THREAD__)
 # define FORCE_FENCES 1
@@ -42,9 +46,9 @@ static _Thread_local struct cached_slot thread_last TLS_FAST;
 /* Locks alive, so that a thread exiting after a lock was destroyed does
  * not touch freed memory when it gives its slots back.
  */
+DEFINE_VECTOR_TYPE (lock_vector, struct percpu_rwlock *);
 static pthread_mutex_t live_locks_mutex = PTHREAD_MUTEX_INITIALIZER;
-static struct percpu_rwlock **live_locks;
-static size_t nlive_locks;
+static lock_vector live_locks;  /* under live_locks_mutex */
 static atomic_uint_least64_t next_lock_id = 1;
 /* Its destructor gives a thread's slots back when the thread exits.  It
  * exists only while some lock does: the plugin may be unloaded before
@@ -61,8 +65,8 @@ release_thread_slots (void *unused)
   for (int i = 0; i < THREAD_CACHE; ++i) {
     if (thread_cache[i].slot == NULL)
       continue;
-    for (size_t j = 0; j < nlive_locks; ++j) {
-      if (live_locks[j]->id == thread_cache[i].lock_id) {
+    for (size_t j = 0; j < live_locks.len; ++j) {
+      if (live_locks.ptr[j]->id == thread_cache[i].lock_id) {
         atomic_store (&thread_cache[i].slot->in_use, false);
         break;
       }
@@ -132,9 +136,13 @@ thread_slot_slow (struct percpu_rwlock *lock)
     pthread_setspecific (exit_key, thread_cache);
   pthread_mutex_unlock (&live_locks_mutex);
   if (free_entry < 0) {
-    /* More live locks than cache entries in one thread: give the oldest
-     * entry's slot back (it is not held: a thread holds at most one read
-     * lock per lock at a time in snapfg) and reuse the entry.
+    /* Every cache entry is taken (by live locks, or by locks destroyed
+     * while this thread kept an entry for them): give back all of this
+     * thread's slots, since release_thread_slots empties the whole cache,
+     * and start again at entry 0.  That is only safe because the thread
+     * holds no read lock of another lock while it takes this one's first:
+     * a snapfg process has one such lock (the engine's geometry), so the
+     * cache only fills up in tests and benchmarks that make many locks.
      */
     release_thread_slots (NULL);
     free_entry = 0;
@@ -173,7 +181,6 @@ register_membarrier (void)
 int
 percpu_rwlock_init (struct percpu_rwlock *lock)
 {
-  struct percpu_rwlock **list;
   int err;
 
   memset (lock, 0, sizeof *lock);
@@ -193,17 +200,11 @@ percpu_rwlock_init (struct percpu_rwlock *lock)
   if (err)
     return -err;
 
-  pthread_mutex_lock (&live_locks_mutex);
+  SCOPED_MUTEX_LOCK (&live_locks_mutex);
   if (!exit_key_created)
     exit_key_created = pthread_key_create (&exit_key,
                                            release_thread_slots) == 0;
-  list = realloc (live_locks, (nlive_locks + 1) * sizeof *list);
-  if (list) {
-    list[nlive_locks++] = lock;
-    live_locks = list;
-  }
-  pthread_mutex_unlock (&live_locks_mutex);
-  return list ? 0 : -ENOMEM;
+  return lock_vector_append (&live_locks, lock);
 }
 
 void
@@ -212,15 +213,14 @@ percpu_rwlock_destroy (struct percpu_rwlock *lock)
   struct percpu_rwlock_slab *slab, *next;
 
   pthread_mutex_lock (&live_locks_mutex);
-  for (size_t i = 0; i < nlive_locks; ++i) {
-    if (live_locks[i] == lock) {
-      live_locks[i] = live_locks[--nlive_locks];
+  for (size_t i = 0; i < live_locks.len; ++i) {
+    if (live_locks.ptr[i] == lock) {
+      live_locks.ptr[i] = live_locks.ptr[--live_locks.len];
       break;
     }
   }
-  if (nlive_locks == 0) {
-    free (live_locks);
-    live_locks = NULL;
+  if (live_locks.len == 0) {
+    lock_vector_reset (&live_locks);
     if (exit_key_created) {
       pthread_key_delete (exit_key);
       exit_key_created = false;

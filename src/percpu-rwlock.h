@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: a per-CPU (per-thread) reader/writer lock.
  *
  * Every request takes the read side once, to read the geometry (block
@@ -16,8 +18,8 @@
  * read-modify-write or fence in the reader: the writer issues
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) after raising the flag,
  * which runs a full memory barrier on every CPU running one of our
- * threads (the user-space analogue of the RCU-based per-CPU rwsem of the
- * kernel thread in ../shared/reference).  Where membarrier is not
+ * threads (the user-space analogue of the kernel's RCU-based per-CPU
+ * rwsem; docs/design.md section 4).  Where membarrier is not
  * available, and in ThreadSanitizer builds (TSan does not model it),
  * readers use sequentially consistent atomics instead.
  *

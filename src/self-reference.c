@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: is an NBD URI given as a COW store this server itself?
  *
  * A COW store served by this very nbdkit would deadlock the first origin

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: logging for the engine.
  *
  * The engine is a library used by the nbdkit plugin, by snapfgctl and by

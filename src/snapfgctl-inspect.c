@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfgctl inspect: what a COW store on disk holds, without writing to
  * it (see snapfgctl(1)).
  */

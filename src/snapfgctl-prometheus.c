@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfgctl stats --prometheus: the server's counters in the Prometheus
  * text exposition format (version 0.0.4), e.g. for node_exporter's
  * textfile collector.  Every metric is named snapfg_*, has its HELP and

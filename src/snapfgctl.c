@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfgctl: inspect and control snapfg (see snapfgctl(1)).
  *
  *   snapfgctl [-S SOCKET] [--json] COMMAND [ARGS] [OPTIONS]
@@ -633,6 +635,26 @@ print_human (const struct control_command *c, const struct cmdline *cl,
       printf ("%s\t%s\t%s\n", get_str (x, "name"), get_str (x, "state"),
               get_str (x, "status"));
     break;
+  case CONTROL_CHECKPOINT_LIST:
+    json_array_foreach (json_object_get (r, "checkpoints"), i, x) {
+      json_t *snap = json_object_get (x, "snapshot");
+
+      printf ("%s\t%s\tseq %" PRIu64 "\tgranularity %" PRIu64 "\t%" PRIu64
+              " bytes dirty\tcreated %" PRIu64 "%s%s\n", get_str (x, "name"),
+              get_str (x, "state"), get_u64 (x, "seq"),
+              get_u64 (x, "granularity"), get_u64 (x, "dirty_bytes"),
+              get_u64 (x, "created"), json_is_string (snap)
+              ? "\tsnapshot " : "", json_is_string (snap)
+              ? json_string_value (snap) : "");
+    }
+    break;
+  case CONTROL_CHECKPOINT_CREATE:
+    printf ("created checkpoint %s\n", name);
+    break;
+  case CONTROL_CHECKPOINT_DROP:
+    printf ("dropped checkpoint %s (its changes are kept by the one "
+            "before it, if any)\n", name);
+    break;
   case CONTROL_CHANGED:
     a = json_object_get (r, "ranges");
     json_array_foreach (a, i, x)
@@ -718,6 +740,16 @@ wait_for_merge (struct conn *cn, const char *name, bool quiet)
     }
     sn = json_array_get (json_object_get (reply, "snapshots"), 0);
     state = get_str (sn, "state");
+    if (strcmp (state, "merged") == 0) {
+      /* The merge ended between our request and the reply. */
+      json_decref (reply);
+      if (tty)
+        fprintf (stderr, "\r\033[K");
+      if (!quiet)
+        printf ("merged snapshot %s into the origin\n", name);
+      status = EXIT_OK;
+      break;
+    }
     if (strcmp (state, "merging") != 0) {
       if (tty)
         fprintf (stderr, "\n");

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfgctl: the parts shared by its source files.
  *
  *   snapfgctl.c             command line, usage, talking to the server,

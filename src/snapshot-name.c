@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: what a snapshot name may be (see snapfg_check_snapshot_name in
  * engine.h).  One function, used for the plugin's snapshot=NAME:COW and
  * for the control socket's create alike.

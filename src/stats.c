@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: per-export statistics (see stats.h). */
 
 #include <config.h>
@@ -9,14 +11,15 @@
 #include <sys/sysinfo.h>
 
 #include "stats.h"
+#include "power-of-two.h"
 
 int
 stats_init (struct snapfg_stats *st)
 {
-  unsigned ncpus = get_nprocs_conf (), n = 1;
+  /* A power of two, so that a CPU number picks a slot with a mask. */
+  unsigned ncpus = get_nprocs_conf ();
+  unsigned n = next_power_of_two (ncpus < 2 ? 2 : ncpus);
 
-  while (n < ncpus || n < 2)
-    n <<= 1;
   st->slots = aligned_alloc (SNAPFG_CACHELINE, n * sizeof *st->slots);
   if (st->slots == NULL)
     return -ENOMEM;

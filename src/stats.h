@@ -1,8 +1,11 @@
 /* snapfg: per-export statistics.
  *
- * Counters are kept per CPU (one cache-line-aligned slot each, picked like
- * the per-CPU lock's) and summed when someone asks, so that counting on
- * the hot path never bounces a shared cache line between CPUs.
+ * Counters are kept per CPU (one cache-line-aligned slot each, picked by
+ * the CPU the thread runs on, sched_getcpu) and summed when someone asks,
+ * so that counting on the hot path rarely shares a cache line between
+ * CPUs.  Unlike the geometry lock's per-thread slots (percpu-rwlock.h),
+ * a slot may be written by several threads (one after another on a CPU,
+ * or a thread migrated mid-update), so the counters are atomic.
  */
 #ifndef SNAPFG_STATS_H
 #define SNAPFG_STATS_H

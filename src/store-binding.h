@@ -1,4 +1,4 @@
-/* snapfg: a persistent store's binding record (DESIGN.md section 7).
+/* snapfg: a persistent store's binding record (docs/design.md section 7).
  *
  * dm's header holds 16 bytes: magic, valid, version, chunk size.  What it
  * cannot say -- which origin the store belongs to, which snapshot it

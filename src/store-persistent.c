@@ -1,5 +1,5 @@
 /* snapfg: the persistent exception store, in Linux dm-snapshot's on-disk
- * format (dm-format.h, DESIGN.md section 5).
+ * format (dm-format.h, docs/design.md section 5).
  *
  * Crash safety comes from ordering.  A copy-out writes the chunk's data,
  * then commits the exception: the data is made durable, then the
@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "store.h"
+#include "rounding.h"
 #include "dm-format.h"
 #include "store-binding.h"
 #include "snapfg-log.h"
@@ -120,6 +121,11 @@ struct persistent_store {
    * every header write.
    */
   unsigned char binding_raw[STORE_BINDING_SIZE];
+  /* binding_raw changed for an existing store: written by
+   * persistent_load once the store is known to be usable, so that a
+   * store refused there is left unchanged.
+   */
+  bool binding_pending;
 };
 
 static struct persistent_store *
@@ -666,13 +672,25 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
   if (st->opened_invalid || ps->fresh)
     return 0;                   /* nothing to load, or not to be used */
   r = dm_load_exceptions (&st->dev, st->chunk_size,
-                          (st->origin_size + st->chunk_size - 1)
-                          >> st->chunk_shift,
+                          div_round_up (st->origin_size, st->chunk_size),
                           fn, opaque, &res, why, sizeof why);
   if (r < 0) {
     snapfg_error ("cow=%s: %s; refusing to use it (the file is left "
                   "unchanged)", st->dev.path, why);
     return r;
+  }
+  if (res.next_free > st->max_chunks) {
+    /* Accepting it would make the next copy-out find the store "full"
+     * and invalidate the snapshot.
+     */
+    snapfg_error ("cow=%s: cow-size= allows %" PRIu64 " bytes, less than "
+                  "the %" PRIu64 " bytes the store already uses (%" PRIu64
+                  " chunks of %" PRIu32 "); give cow-size=%" PRIu64
+                  " or more, or no cow-size= (the file is left unchanged)",
+                  st->dev.path, st->max_chunks << st->chunk_shift,
+                  res.next_free << st->chunk_shift, res.next_free,
+                  st->chunk_size, res.next_free << st->chunk_shift);
+    return -EINVAL;
   }
   ps->current_area = res.current_area;
   ps->area_used = res.area_used;
@@ -693,6 +711,17 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
    */
   memset (ps->area_buf + ps->area_used * DM_SNAP_PAIR_SIZE, 0,
           st->chunk_size - ps->area_used * DM_SNAP_PAIR_SIZE);
+  if (ps->binding_pending) {
+    r = write_header (ps, 1);
+    if (r == 0)
+      r = ps_sync (ps);
+    if (r < 0) {
+      snapfg_error ("cow=%s: cannot write the binding record into the "
+                    "header: %s", st->dev.path, strerror (-r));
+      return r;
+    }
+    ps->binding_pending = false;
+  }
   snapfg_debug ("cow=%s: reopened persistent store: %" PRIu64
                 " exceptions, %" PRIu64 " metadata areas, next free chunk %"
                 PRIu64, st->dev.path, res.exceptions, res.current_area + 1,
@@ -712,9 +741,13 @@ persistent_invalidate (struct snapfg_store *st)
   struct persistent_store *ps = ps_of (st);
   int r;
 
-  /* Say it on disk, durably, so that a restart keeps it Invalid.  Under
-   * the commit lock so that no batch is being written meanwhile... the
-   * leader runs unlocked, but the header is a different chunk.
+  /* Say it on disk, durably, so that a restart keeps it Invalid.  The
+   * commit lock orders this header write with the other header writers
+   * (set_merge_mark) and makes the 'invalidated' check-and-set atomic.  It
+   * does not stop a commit leader, which writes metadata areas with the
+   * lock dropped; that is harmless, since the header is chunk 0 and no
+   * area ever is.  Pairs committed after this are never read back: a
+   * store whose header says valid = 0 is reopened without its table.
    */
   pthread_mutex_lock (&ps->lock);
   if (!ps->invalidated && !st->dev.readonly) {
@@ -1218,7 +1251,7 @@ persistent_store_open (const struct snapfg_store_params *params,
     st->opened_merging = ps->merging =
       h.snapfg_merging && !st->opened_invalid;
   }
-  st->chunk_shift = __builtin_ctz (st->chunk_size);
+  st->chunk_shift = log2_of_power_of_two (st->chunk_size);
   ps->pairs_per_area = dm_pairs_per_area (st->chunk_size);
 
   /* Who may attach this store (store-binding.c).  Refused: nothing is
@@ -1239,9 +1272,8 @@ persistent_store_open (const struct snapfg_store_params *params,
   /* Default size: the header, a copy of every origin chunk, the areas
    * describing them and the zeroed area after the last one.
    */
-  origin_chunks = (params->origin_size + st->chunk_size - 1)
-    >> st->chunk_shift;
-  areas = (origin_chunks + ps->pairs_per_area - 1) / ps->pairs_per_area;
+  origin_chunks = div_round_up (params->origin_size, st->chunk_size);
+  areas = div_round_up (origin_chunks, ps->pairs_per_area);
   r = store_set_size (params, st,
                       (1 + origin_chunks + areas + 1) << st->chunk_shift);
   if (r < 0) {
@@ -1261,18 +1293,8 @@ persistent_store_open (const struct snapfg_store_params *params,
   else if (st->opened_invalid && !ps->torn)
     snapfg_error ("cow=%s: the store is marked Invalid (valid = 0): the "
                   "snapshot's export fails every request", params->path);
-  else if (write_binding) {
-    r = write_header (ps, 1);
-    if (r == 0)
-      r = ps_sync (ps);
-    if (r < 0) {
-      snapfg_error ("cow=%s: cannot write the binding record into the "
-                    "header: %s", params->path, strerror (-r));
-      free (ps->area_buf);
-      store_discard_new (st);
-      return r;
-    }
-  }
+  else
+    ps->binding_pending = write_binding;
 
   r = set_unsynced_mark (ps, params);
   if (r < 0) {

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the transient exception store (dm-snapshot's "N").
  *
  * The exception table lives only in memory; the COW device holds chunk
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "store.h"
+#include "rounding.h"
 #include "snapfg-log.h"
 
 static int
@@ -62,29 +65,18 @@ static void
 transient_close (struct snapfg_store *st, bool clean)
 {
   /* The chunk data is meaningless without the table.  Give the space
-   * back, and leave the file empty so that the next start can use it.
-   * An NBD export cannot shrink: zero (trim) the chunks used instead,
-   * so that it reads as all zero again.
+   * back and leave the device empty or all zero, so that the next start
+   * can use it.
    */
-  if (st->dev.ops && !st->dev.fixed_size) {
-    int r = device_truncate (&st->dev, 0);
-    if (r < 0)
-      snapfg_error ("cow=%s: could not truncate the transient COW file: %s",
-                    st->dev.path, strerror (-r));
-  }
-  else if (st->dev.is_nbd && !st->dev.readonly) {
+  if (st->dev.ops) {
     uint64_t used = atomic_load (&st->next_chunk);
-    uint64_t bytes;
     int r;
 
     if (used > st->max_chunks)
       used = st->max_chunks;
-    bytes = used << st->chunk_shift;
-    if (bytes > st->dev.size)
-      bytes = st->dev.size;
-    r = device_zero (&st->dev, bytes, 0, true, false);
+    r = device_discard_contents (&st->dev, used << st->chunk_shift);
     if (r < 0)
-      snapfg_error ("cow=%s: could not zero the transient COW export: %s",
+      snapfg_error ("cow=%s: could not empty the transient COW store: %s",
                     st->dev.path, strerror (-r));
   }
   device_close (&st->dev);
@@ -116,7 +108,8 @@ check_empty (const struct snapfg_store_params *params,
   r = device_is_all_zero (&st->dev);
   if (r < 0) {
     snapfg_error ("cow=%s: cannot read the COW %s: %s", params->path,
-                  st->dev.is_nbd ? "export" : "file", strerror (-r));
+                  device_is_uri (st->dev.path) ? "export" : "file",
+                  strerror (-r));
     return r;
   }
   if (r == 0) {
@@ -142,7 +135,7 @@ transient_store_open (const struct snapfg_store_params *params,
     return -ENOMEM;
   st->ops = &transient_ops;
   st->chunk_size = params->chunk_size;
-  st->chunk_shift = __builtin_ctz (params->chunk_size);
+  st->chunk_shift = log2_of_power_of_two (params->chunk_size);
 
   r = store_open_device (params, st);
   if (r < 0) {
@@ -157,8 +150,7 @@ transient_store_open (const struct snapfg_store_params *params,
 
   /* Default: room for a copy of every origin chunk. */
   r = store_set_size (params, st,
-                      (params->origin->size + st->chunk_size - 1)
-                      & ~(uint64_t) (st->chunk_size - 1));
+                      round_up (params->origin->size, st->chunk_size));
   if (r < 0) {
     store_discard_new (st);
     return r;

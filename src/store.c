@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: exception stores, the parts every store shares (see store.h). */
 
 #include <config.h>
@@ -13,17 +15,34 @@
 #include "snapfg-log.h"
 #include "file-lock.h"
 
+#define STORE_TYPE_ENTRY_(name, open, survives, summary)                 \
+  { #name, open, survives, summary },
+const struct store_type store_types[] = {
+  SNAPFG_STORE_TYPES (STORE_TYPE_ENTRY_)
+  { NULL, NULL, false, NULL }
+};
+
+const struct store_type *
+store_type_find (const char *name)
+{
+  for (const struct store_type *t = store_types; t->name; ++t)
+    if (strcmp (t->name, name) == 0)
+      return t;
+  return NULL;
+}
+
 int
 store_open (const struct snapfg_store_params *params,
             struct snapfg_store **stp)
 {
-  if (strcmp (params->type, "transient") == 0)
-    return transient_store_open (params, stp);
-  if (strcmp (params->type, "persistent") == 0)
-    return persistent_store_open (params, stp);
-  snapfg_error ("store=%s: unknown store type "
-                "(expected transient or persistent)", params->type);
-  return -EINVAL;
+  const struct store_type *t = store_type_find (params->type);
+
+  if (t == NULL) {
+    snapfg_error ("store=%s: unknown store type (expected "
+                  SNAPFG_STORE_TYPE_CHOICES ")", params->type);
+    return -EINVAL;
+  }
+  return t->open (params, stp);
 }
 
 int

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: exception stores.
  *
  * A store owns a snapshot's COW device: it allocates chunks in it, makes
@@ -5,10 +7,8 @@
  * writes chunk data itself at new_chunk * chunk_size, which is the layout
  * of both of dm-snapshot's stores.
  *
- *   transient   exception table in memory only (dm's "N"); chunks are
- *               handed out by a bump pointer; every start is a new snapshot.
- *   persistent  dm-snapshot's on-disk format (DESIGN.md section 5): the
- *               table survives restarts and crashes.
+ * The store types are listed once, in SNAPFG_STORE_TYPES (store-types.h);
+ * see there for what adding one takes.
  */
 #ifndef SNAPFG_STORE_H
 #define SNAPFG_STORE_H
@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdatomic.h>
 
+#include "store-types.h"
 #include "device.h"
 #include "store-binding.h"
 
@@ -105,7 +106,7 @@ struct snapfg_store {
 
 /* Parameters for opening a store. */
 struct snapfg_store_params {
-  const char *type;                /* "transient" or "persistent" */
+  const char *type;                /* a name in SNAPFG_STORE_TYPES */
   const char *path;
   uint32_t chunk_size;
   uint64_t cow_size;               /* 0: the default */
@@ -122,6 +123,28 @@ struct snapfg_store_params {
  */
 extern int store_open (const struct snapfg_store_params *params,
                        struct snapfg_store **stp);
+
+/* --- the store types (the table is SNAPFG_STORE_TYPES, store-types.h) --- */
+
+struct store_type {
+  const char *name;
+  int (*open) (const struct snapfg_store_params *params,
+               struct snapfg_store **stp);
+  bool survives_restart;           /* its exceptions are on disk */
+  const char *summary;
+};
+
+#define STORE_TYPE_DECLARE_(name, open, survives, summary)               \
+  extern int open (const struct snapfg_store_params *params,             \
+                   struct snapfg_store **stp);
+SNAPFG_STORE_TYPES (STORE_TYPE_DECLARE_)
+#undef STORE_TYPE_DECLARE_
+
+/* Every type, in SNAPFG_STORE_TYPES order; NULL name at the end. */
+extern const struct store_type store_types[];
+
+/* The type called name, or NULL. */
+extern const struct store_type *store_type_find (const char *name);
 
 static inline uint64_t
 store_chunk_offset (const struct snapfg_store *st, uint64_t new_chunk)
@@ -149,10 +172,5 @@ extern void store_discard_new (struct snapfg_store *st);
  */
 extern int store_set_size (const struct snapfg_store_params *params,
                            struct snapfg_store *st, uint64_t default_size);
-
-extern int transient_store_open (const struct snapfg_store_params *params,
-                                 struct snapfg_store **stp);
-extern int persistent_store_open (const struct snapfg_store_params *params,
-                                  struct snapfg_store **stp);
 
 #endif

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Helpers for tests/test-client-drop.sh (run with the system Python,
 # which has libnbd's nbd module).
 #

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Helpers for the run-time control tests (test-control*.sh,
 # test-merge.sh, test-block-size-change.sh), on top of functions.sh:
 #

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # NBD client helper for the run-time control tests (test-control*.sh,
 # test-merge.sh, test-block-size-change.sh).  Run it with /usr/bin/python3
 # (the interpreter that has the nbd module).
+# What it shares with the other helpers is in snapfg_test.py.
 #
 #   read URI OFFSET LEN
 #       One read; prints "ok" or "errno NAME" (exit 2 if connecting fails).
@@ -49,71 +52,11 @@ import time
 
 import nbd
 
-
-def log(msg):
-    print("control-io: " + msg, flush=True)
-
-
-def connect(uri, strict_align=True):
-    h = nbd.NBD()
-    if not strict_align:
-        h.set_strict_mode(nbd.STRICT_MASK & ~nbd.STRICT_ALIGN)
-    h.connect_uri(uri)
-    return h
-
-
-def close(h):
-    try:
-        h.shutdown()
-    except nbd.Error:
-        pass
-
-
-def errno_name(e):
-    """nbd.Error.errno is the errno's name (a string), or None."""
-    return e.errno if e.errno is not None else "none"
-
-
-def parse_region(s, size):
-    if s is None:
-        return 0, size
-    off, length = s.split(":")
-    return int(off, 0), int(length, 0)
-
-
-class Model:
-    """The expected contents of an export, kept in memory and saved to
-    a file at the end."""
-
-    def __init__(self, path):
-        self.path = path
-        self.data = bytearray(open(path, "rb").read()) if path else None
-
-    def write(self, off, data):
-        if self.data is not None:
-            self.data[off:off + len(data)] = data
-
-    def save(self):
-        if self.path:
-            with open(self.path, "wb") as f:
-                f.write(self.data)
+from snapfg_test import (log, connect, close, errno_name, parse_region,
+                         random_request, Model, add_read_command)
 
 
 # --- small commands ---------------------------------------------------
-
-def cmd_read(a):
-    try:
-        h = connect(a.uri)
-    except nbd.Error as e:
-        print("connect-failed %s" % e.string)
-        sys.exit(2)
-    try:
-        h.pread(a.length, a.offset)
-        print("ok")
-    except nbd.Error as e:
-        print("errno %s" % errno_name(e))
-    close(h)
-
 
 def cmd_writes(a):
     rng = random.Random(a.seed)
@@ -130,13 +73,6 @@ def cmd_writes(a):
     close(h)
     model.save()
     print("ok %d writes" % n)
-
-
-def random_request(rng, roff, rlen, max_len, align):
-    length = rng.randrange(1, max_len // align + 1) * align
-    length = min(length, rlen)
-    off = roff + rng.randrange(0, (rlen - length) // align + 1) * align
-    return off, length
 
 
 def cmd_write_loop(a):
@@ -419,6 +355,16 @@ def cmd_load(a):
         log("%s read under load: cut per writer %s: %s" %
             (name, cuts, "ok" if good else "WRONG"))
         time.sleep(a.gap)
+    # The test's "changed" check needs every writer to have rewritten each
+    # of its K blocks after the last snapshot.  A gap of time does not
+    # promise that on a loaded machine: wait for the writes themselves.
+    if snaps:
+        base = [len(wr.acked) for wr in writers]
+        deadline = time.monotonic() + 60
+        while (any(len(wr.acked) < b + K for wr, b in zip(writers, base))
+               and not any(wr.error for wr in writers)
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
     stop.set()
     for wr in writers:
         wr.join()
@@ -528,11 +474,7 @@ def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    s = sub.add_parser("read")
-    s.add_argument("uri")
-    s.add_argument("offset", type=int)
-    s.add_argument("length", type=int)
-    s.set_defaults(fn=cmd_read)
+    add_read_command(sub)
 
     s = sub.add_parser("writes")
     s.add_argument("uri")

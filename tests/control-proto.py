@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Raw client for snapfg's control socket (control=), for the protocol
 # level checks of test-control.sh.  It speaks the line protocol itself
 # (control-protocol.h: one JSON object per line each way) rather than

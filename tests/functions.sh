@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Helpers for the snapfg shell tests.  Source it from a test script:
 #
 #   source "$(dirname "$0")/functions.sh"
@@ -167,6 +169,41 @@ checksum() { sha256sum <"$1" | cut -d' ' -f1; }
 
 # uri SOCK [EXPORT]
 uri() { echo "nbd+unix:///${2:-}?socket=$1"; }
+
+# --- reading and writing exports with the standard clients -----------
+
+# export_equals URI FILE [LABEL]: the export reads (nbdcopy) byte for
+# byte as FILE, size included.
+export_equals() {
+    local u=$1 f=$2 label=${3:-$1}
+    nbdcopy -- "$u" - 2>"$tmpdir/nbdcopy.err" | cmp - "$f" >"$tmpdir/cmp.out" 2>&1 || {
+        cat "$tmpdir/nbdcopy.err" >&2
+        fail "$label: export differs from $(basename "$f"): $(head -c 300 "$tmpdir/cmp.out")"
+    }
+}
+
+# fill_export URI OFFSET LENGTH BYTE: write LENGTH bytes of BYTE (a
+# number: 0xab, 92) at OFFSET with nbdsh, then flush.  nbdsh is run as
+# "$PY -m nbd": the nbdsh script's own "env python3" may find a Python
+# without the nbd module.
+fill_export() {
+    "$PY" -m nbd -u "$1" -c "h.pwrite(bytes([$4]) * $3, $2)" -c 'h.flush()' ||
+        fail "nbdsh: writing $3 bytes of $4 at $2 to $1 failed"
+}
+
+# export_description SOCK EXPORT: EXPORT's description as nbdinfo
+# --list gives it; fails if EXPORT is not listed.
+export_description() {
+    nbdinfo --list --json "$(uri "$1")" | python3 -c '
+import json, sys
+for e in json.load(sys.stdin)["exports"]:
+    if e["export-name"] == sys.argv[1]:
+        print(e.get("description", ""))
+        break
+else:
+    sys.exit("export %s is not listed" % sys.argv[1])' "$2" ||
+        fail "nbdinfo --list on $1: no export $2"
+}
 
 # --- nbdkit ----------------------------------------------------------
 

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Print the libFuzzer dictionary for the control protocol, generated
  * from the command table (control-commands.def), so that a new command
  * or key is fuzzed without anyone remembering to add it: JSON's own

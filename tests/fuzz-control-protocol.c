@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* libFuzzer target for the control protocol's request parser.
  *
  * Every byte a control client sends reaches control_parse_request (and

@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Kill -9 loop for state= (tests/test-lifecycle-crash-loop.sh).
 #
 # Each round starts nbdkit with origin=, state= and control=, checks that

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Build, check and damage COW stores in Linux dm-snapshot's persistent
-# format, written from the layout in DESIGN.md section 5 (not from any
+# format, written from the layout in docs/design.md section 5 (not from any
 # implementation):
 #
 #   chunk 0               header: le32 magic 0x70416e53 ("SnAp"), le32 valid,

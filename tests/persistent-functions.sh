@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Helpers for the persistent COW store tests (test-persistent-*.sh), on
 # top of functions.sh:
 #

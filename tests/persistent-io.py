@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # NBD client helper for the persistent-store tests (test-persistent-*.sh).
 # Run it with /usr/bin/python3 (the interpreter that has the nbd module).
+# What it shares with the other helpers is in snapfg_test.py.
 #
 #   write-random URI --seed S --count N [--max-len L] [--align A]
 #                [--size BYTES] [--model FILE] [--chunk-size C]
@@ -67,48 +68,15 @@ import time
 
 import nbd
 
-
-def connect(uri):
-    h = nbd.NBD()
-    h.connect_uri(uri)
-    return h
-
-
-def close(h):
-    try:
-        h.shutdown()
-    except nbd.Error:
-        pass
-
-
-def parse_region(s, size):
-    if s is None:
-        return 0, size
-    off, length = s.split(":")
-    return int(off, 0), int(length, 0)
-
-
-def touched(offset, length, chunk_size):
-    return range(offset // chunk_size, (offset + length - 1) // chunk_size + 1)
+from snapfg_test import (log, connect, close, errno_name, parse_region,
+                         parse_chunks, touched, random_request,
+                         add_read_command)
 
 
 def apply_model(model, offset, data):
     if model is not None:
         model.seek(offset)
         model.write(data)
-
-
-def parse_chunks(spec):
-    out = []
-    for part in spec.split(","):
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-")
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return out
 
 
 def cmd_write_random(a):
@@ -119,9 +87,7 @@ def cmd_write_random(a):
     model = open(a.model, "r+b") if a.model else None
     chunks = set()
     for _ in range(a.count):
-        length = rng.randrange(1, a.max_len // a.align + 1) * a.align
-        length = min(length, rlen)
-        offset = roff + rng.randrange(0, (rlen - length) // a.align + 1) * a.align
+        offset, length = random_request(rng, roff, rlen, a.max_len, a.align)
         data = rng.randbytes(length)
         h.pwrite(data, offset)
         apply_model(model, offset, data)
@@ -154,7 +120,7 @@ def cmd_write_chunks(a):
         try:
             h.pwrite(data, offset)
         except nbd.Error as e:
-            print("error index %d chunk %d errno %s" % (i, c, e.errno))
+            print("error index %d chunk %d errno %s" % (i, c, errno_name(e)))
             rc = 3
             break
         apply_model(model, offset, data)
@@ -182,9 +148,8 @@ def cmd_writer_loop(a):
         inflight = {}
         while True:
             while h.aio_in_flight() < a.in_flight:
-                length = rng.randrange(1, a.max_len // a.align + 1) * a.align
-                length = min(length, rlen)
-                offset = roff + rng.randrange(0, (rlen - length) // a.align + 1) * a.align
+                offset, length = random_request(rng, roff, rlen, a.max_len,
+                                                a.align)
                 buf = nbd.Buffer.from_bytearray(bytearray(rng.randbytes(length)))
                 cookie = h.aio_pwrite(buf, offset)
                 inflight[cookie] = buf
@@ -198,8 +163,8 @@ def cmd_writer_loop(a):
                     if n == 1 and a.ready_file:
                         open(a.ready_file, "w").close()
     except nbd.Error as e:
-        print("writer %d: stopped after %d writes: %s" % (a.seed, n, e.string),
-              file=sys.stderr)
+        log("writer %d: stopped after %d writes: %s" % (a.seed, n, e.string),
+            file=sys.stderr)
     sys.exit(0)
 
 
@@ -288,8 +253,8 @@ def cmd_snap_writer(a):
                 n += 1
         close(h)
     except nbd.Error as e:
-        print("snap-writer %d: stopped after %d writes: %s" % (a.seed, n, e.string),
-              file=sys.stderr)
+        log("snap-writer %d: stopped after %d writes: %s"
+            % (a.seed, n, e.string), file=sys.stderr)
 
 
 def cmd_snap_model(a):
@@ -318,20 +283,6 @@ def cmd_snap_model(a):
     print("%d acknowledged snapshot writes%s" % (len(logged), extra))
 
 
-def cmd_read(a):
-    try:
-        h = connect(a.uri)
-    except nbd.Error as e:
-        print("connect-failed %s" % e.string)
-        sys.exit(2)
-    try:
-        h.pread(a.length, a.offset)
-        print("ok")
-    except nbd.Error as e:
-        print("errno %s" % e.errno)
-    close(h)
-
-
 def cmd_pwrite(a):
     rng = random.Random(a.seed)
     h = connect(a.uri)
@@ -339,7 +290,7 @@ def cmd_pwrite(a):
         h.pwrite(rng.randbytes(a.length), a.offset)
         print("ok")
     except nbd.Error as e:
-        print("errno %s" % e.errno)
+        print("errno %s" % errno_name(e))
     close(h)
 
 
@@ -411,11 +362,7 @@ def main():
         s.add_argument("--log", required=True)
         s.set_defaults(fn=fn)
 
-    s = sub.add_parser("read")
-    s.add_argument("uri")
-    s.add_argument("offset", type=int)
-    s.add_argument("length", type=int)
-    s.set_defaults(fn=cmd_read)
+    add_read_command(sub)
 
     s = sub.add_parser("pwrite")
     s.add_argument("uri")

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Run the whole snapfg test suite under a sanitizer, in a build tree of
 # its own.
 #

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Bad parameters stop nbdkit at start-up with an error naming the key or
 # file; a COW file that is not new, empty or all-zero is refused and left
 # byte-for-byte unchanged; cow= naming the origin is refused.  Valid
@@ -62,7 +64,7 @@ info "positive controls started"
 bad origin="$origin" cow="$tmpdir/c.img" store=bogus -- store
 bad origin="$origin" cow="$tmpdir/c.img" store= -- store
 # The first version has only the transient store: store=persistent must
-# be refused naming store.  Once the persistent store (DESIGN.md section
+# be refused naming store.  Once the persistent store (docs/design.md section
 # 5) exists it must start on a new file, and must still refuse a COW
 # file that is neither all-zero nor a valid store, without writing it.
 rm -f "$tmpdir/p-new.img"

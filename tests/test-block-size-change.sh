@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # set-block-size at run time: the advertised minimum block size flips
 # between 512 and 4096 every 50 ms for ~10 s while clients read and write:
 #

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Clients that vanish with large replies in flight (nbdkit before
 # 1.33.10 aborts: "raw_send_socket: Assertion 'sock >= 0' failed").
 #

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Real clients on a busy origin: fio with verify=crc32c writes the
 # origin through fio's nbd engine while nbdcopy and qemu-img convert copy
 # the snapshot (both copies must equal the image as it was), and
@@ -54,7 +56,7 @@ info "nbdinfo --map of the snapshot: data half, hole half"
 fio --name=verify --ioengine=nbd --uri="$o_uri" --rw=randwrite --bs=4k \
     --iodepth=8 --numjobs=2 --size=16M --offset=24M --offset_increment=16M \
     --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
-    --randrepeat=0 \
+    --randrepeat=0 --output-format=json \
     --output="$tmpdir/fio.out" >/dev/null 2>&1 &
 fio_pid=$!
 rm -f "$tmpdir/copy1.img" "$tmpdir/copy2.img"
@@ -64,7 +66,22 @@ if have qemu-img; then
 fi
 st=0; wait "$fio_pid" || st=$?
 [ "$st" -eq 0 ] || { cat "$tmpdir/fio.out" >&2; fail "fio verify=crc32c on the origin failed (status $st)"; }
-grep -q 'verify' "$tmpdir/fio.out" || true
+# fio's exit status alone does not show that it verified anything: each
+# job must have read back (the verify pass) all it wrote, without error.
+python3 - "$tmpdir/fio.out" <<'EOF' ||
+import json, sys
+jobs = json.load(open(sys.argv[1]))["jobs"]
+want = 16 * 1024 * 1024
+if len(jobs) != 2:
+    sys.exit("fio reported %d jobs, expected 2" % len(jobs))
+for j in jobs:
+    w, r = j["write"]["io_bytes"], j["read"]["io_bytes"]
+    if j["error"] != 0 or w != want or r != w:
+        sys.exit("fio job %s: error %d, wrote %d bytes, read back %d "
+                 "(expected %d and %d)" % (j["jobname"], j["error"], w, r,
+                                           want, want))
+EOF
+    { cat "$tmpdir/fio.out" >&2; fail "fio did not write and read back (verify) all it should have"; }
 info "fio wrote and verified (crc32c) 32 MiB of the origin through the nbd engine"
 
 cmp "$tmpdir/copy1.img" "$pristine" ||

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Real clients against snapfg: qemu-io writes the origin, qemu-img
 # convert and nbdcopy read the snapshot back (it must equal the original
 # image), qemu-img compare, parallel bulk writes with qemu-img convert
@@ -31,9 +33,11 @@ start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" store=transient chunk-si
 o_uri=$(uri "$sock" origin)
 s_uri=$(uri "$sock" snapshot)
 
-# snapshot_equals FILE LABEL: read the snapshot with every tool present.
+# snapshot_equals FILE LABEL: read the snapshot with every tool present;
+# with neither qemu-img nor nbdcopy, with libnbd's Python binding, so that
+# the snapshot is always read and compared.
 snapshot_equals() {
-    local f=$1 label=$2
+    local f=$1 label=$2 compared=0
     if have qemu-img; then
         rm -f "$tmpdir/out-qemu.img"
         qemu-img convert -f raw -O raw "$s_uri" "$tmpdir/out-qemu.img"
@@ -41,12 +45,32 @@ snapshot_equals() {
             fail "$label: qemu-img convert of the snapshot differs from $(basename "$f")"
         qemu-img compare -f raw -F raw "$s_uri" "$f" >/dev/null ||
             fail "$label: qemu-img compare: snapshot differs from $(basename "$f")"
+        compared=1
     fi
     if have nbdcopy; then
         rm -f "$tmpdir/out-nbdcopy.img"
         nbdcopy "$s_uri" "$tmpdir/out-nbdcopy.img"
         cmp "$tmpdir/out-nbdcopy.img" "$f" ||
             fail "$label: nbdcopy of the snapshot differs from $(basename "$f")"
+        compared=1
+    fi
+    if [ "$compared" -eq 0 ]; then
+        "$PY" - "$s_uri" "$f" <<'EOF' ||
+import sys
+import nbd
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+want = open(sys.argv[2], "rb").read()
+size = h.get_size()
+if size != len(want):
+    sys.exit("snapshot size %d, file size %d" % (size, len(want)))
+for off in range(0, size, 1 << 20):
+    n = min(1 << 20, size - off)
+    if h.pread(n, off) != want[off:off + n]:
+        sys.exit("snapshot differs in [%d, +%d)" % (off, n))
+h.shutdown()
+EOF
+            fail "$label: the snapshot read with $PY (nbd module) differs from $(basename "$f")"
     fi
     info "$label: snapshot equals $(basename "$f")"
 }

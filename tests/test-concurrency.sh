@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Races between origin writes (copy-outs) and snapshot reads: writer
 # threads write random ranges of the origin while reader threads read
 # the snapshot and compare every byte with the original image, each on

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # snapfgctl as a user meets it, against a real nbdkit:
 #
 #  1. --version ("snapfgctl VERSION", the configured version), help,

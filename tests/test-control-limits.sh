@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # The control socket's limits and the server's log of control actions,
 # against a real nbdkit:
 #
@@ -30,6 +32,10 @@ require_control_tools
 size=$((8 * 1024 * 1024))
 origin="$tmpdir/origin.img"
 make_random_image "$origin" "$size"
+# Another origin for the other servers and the start-up checks: the
+# first server holds a lock on $origin.
+other="$tmpdir/other.img"
+make_random_image "$other" "$size"
 sock="$tmpdir/sock"
 pid="$tmpdir/nbdkit.pid"
 ctlsock="$tmpdir/ctl.sock"
@@ -109,7 +115,7 @@ ctl_ok "drop the long name" "$ctlsock" drop "$long"
 ctl_ok "drop snäp-é" "$ctlsock" drop "snäp-é"
 # At start-up, the same function checks snapshot=NAME:COW.
 for spec in $'a\nb' origin "$(printf 'y%.0s' $(seq 256))" $'t\tab' $'\xc3'; do
-    if try_start_failure "$tmpdir/start.err" origin="$origin" "snapshot=$spec:$tmpdir/start.cow" store=transient; then
+    if try_start_failure "$tmpdir/start.err" origin="$other" "snapshot=$spec:$tmpdir/start.cow" store=transient; then
         grep -q "snapshot=" "$tmpdir/start.err" &&
             info "ok: snapshot=$(printf '%q' "$spec" | cut -c1-40):COW refused: $(grep -m1 snapshot= "$tmpdir/start.err" | cut -c1-160)" ||
             check_fail "snapshot=$(printf '%q' "$spec"):COW: the message does not name snapshot=: $(cat "$tmpdir/start.err")"
@@ -131,7 +137,7 @@ ctl_ok "drop m2" "$ctlsock" drop m2
 ctl_ok "after a drop, create works again" "$ctlsock" create m4 --cow "$tmpdir/m4.cow" --store transient
 for i in 1 3 4; do ctl "$ctlsock" drop "m$i" || check_fail "drop m$i"; done
 # The default is 32.
-start_snapfg "$tmpdir/d.sock" "$tmpdir/d.pid" origin="$origin" control="$tmpdir/d.ctl"
+start_snapfg "$tmpdir/d.sock" "$tmpdir/d.pid" origin="$other" control="$tmpdir/d.ctl"
 for i in $(seq 32); do
     ctl "$tmpdir/d.ctl" create "d$i" --cow "$tmpdir/d$i.cow" --store transient --cow-size 64K ||
         check_fail "create d$i of 32 (default max-snapshots=32): $(cat "$tmpdir/ctl.err")"
@@ -140,12 +146,12 @@ ctl_refused "the 33rd snapshot (default max-snapshots=32)" "max-snapshots=32" "$
     create d33 --cow "$tmpdir/d33.cow" --store transient
 stop_nbdkit "$tmpdir/d.pid"
 # At start-up: cow= and snapshot= count.
-if try_start_failure "$tmpdir/start.err" origin="$origin" cow="$tmpdir/s0.cow" \
+if try_start_failure "$tmpdir/start.err" origin="$other" cow="$tmpdir/s0.cow" \
         "snapshot=s1:$tmpdir/s1.cow" "snapshot=s2:$tmpdir/s2.cow" store=transient max-snapshots=2; then
     try_stderr "$tmpdir/start.err" "max-snapshots=2" && info "ok: three start-up snapshots with max-snapshots=2 are refused"
 fi
 for v in 0 -1 abc ""; do
-    if try_start_failure "$tmpdir/start.err" origin="$origin" "max-snapshots=$v"; then
+    if try_start_failure "$tmpdir/start.err" origin="$other" "max-snapshots=$v"; then
         try_stderr "$tmpdir/start.err" "max-snapshots" && info "ok: max-snapshots=$v refused: $(head -n1 "$tmpdir/start.err")"
     fi
 done
@@ -183,7 +189,7 @@ errors_after=$(grep -c 'error' "$log" || true)
     info "ok: a client's mistakes (bad JSON, unknown command, no such snapshot, a bad path) are not logged as errors" ||
     { grep error "$log" | tail -n 5 >&2; check_fail "a client's mistakes were logged as errors (above)"; }
 # With -v they are debug messages.
-NBDKIT_OPTS=-v start_snapfg "$tmpdir/v.sock" "$tmpdir/v.pid" origin="$origin" control="$tmpdir/v.ctl"
+NBDKIT_OPTS=-v start_snapfg "$tmpdir/v.sock" "$tmpdir/v.pid" origin="$other" control="$tmpdir/v.ctl"
 "$PY" "$CTL_PROTO" request "$tmpdir/v.ctl" '{"cmd":"frobnicate"}' >/dev/null
 ctl "$tmpdir/v.ctl" drop nosuch || true
 stop_nbdkit "$tmpdir/v.pid"

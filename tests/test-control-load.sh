@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Snapshots taken at run time (snapfgctl create) while writers hammer the
 # origin: each snapshot must hold the origin's contents at one instant.
 #

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # The control socket (control=) and snapfgctl, against a real nbdkit:
 #
 #  1. status / list before any snapshot, human and --json output;

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Unit test of the striped exception table (src/exception-table.c):
  *  1. insert and look up a million exceptions, with one stripe
  *     (locking=global) and with many; duplicates refused; memory per

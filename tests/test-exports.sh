@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Export names and list_exports: "" and "origin" serve the origin,
 # "snapshot" (only with cow=) serves the snapshot, anything else is
 # refused; nbdinfo --list shows both with descriptions, the snapshot's
@@ -6,8 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 require_snapfg
-require_nbd_check
-requires nbdinfo
+requires nbdinfo nbdcopy
 
 size=$((4 * 1024 * 1024))
 origin="$tmpdir/origin.img"
@@ -52,10 +53,11 @@ echo "$sdesc" | grep -qE '(^|[^0-9])0/2048 0($|[^0-9])' ||
     fail "snapshot description '$sdesc' lacks the status line '0/2048 0'"
 info "descriptions: origin='$odesc' snapshot='$sdesc'"
 
-# The driver's own list_exports sees the same.
-"$NBD_CHECK" list "$(uri "$sock")" >"$tmpdir/list2.out"
-grep -q "^origin	" "$tmpdir/list2.out" || fail "list_exports lacks origin"
-grep -q "^snapshot	" "$tmpdir/list2.out" || fail "list_exports lacks snapshot"
+# The JSON form of the list says the same.
+[ "$(export_description "$sock" origin)" = "$odesc" ] ||
+    fail "nbdinfo --list --json: origin's description differs from '$odesc'"
+[ "$(export_description "$sock" snapshot)" = "$sdesc" ] ||
+    fail "nbdinfo --list --json: snapshot's description differs from '$sdesc'"
 
 # Sizes.
 osize=$(nbdinfo --size "$(uri "$sock" origin)")
@@ -74,33 +76,33 @@ done
 info "unknown export names refused"
 
 # All three names start with the original contents.
-"$NBD_CHECK" compare "$(uri "$sock")" "$orig"
-"$NBD_CHECK" compare "$(uri "$sock" origin)" "$orig"
-"$NBD_CHECK" compare "$(uri "$sock" snapshot)" "$orig"
+export_equals "$(uri "$sock")" "$orig"
+export_equals "$(uri "$sock" origin)" "$orig"
+export_equals "$(uri "$sock" snapshot)" "$orig"
 
 # A write through "" is the origin: it shows on "origin", not on the
 # snapshot, and lands in the origin file.  Three distinct 4K chunks.
-"$NBD_CHECK" fill "$(uri "$sock")" 0 4096 0xab
-"$NBD_CHECK" fill "$(uri "$sock" origin)" 65536 4096 0xcd
-"$NBD_CHECK" fill "$(uri "$sock")" $((1024 * 1024)) 4096 0xef
+fill_export "$(uri "$sock")" 0 4096 0xab
+fill_export "$(uri "$sock" origin)" 65536 4096 0xcd
+fill_export "$(uri "$sock")" $((1024 * 1024)) 4096 0xef
 cp "$orig" "$tmpdir/expected.img"
 printf '\xab%.0s' $(seq 4096) | dd of="$tmpdir/expected.img" conv=notrunc status=none
 printf '\xcd%.0s' $(seq 4096) | dd of="$tmpdir/expected.img" bs=4096 seek=16 conv=notrunc status=none
 printf '\xef%.0s' $(seq 4096) | dd of="$tmpdir/expected.img" bs=4096 seek=256 conv=notrunc status=none
-"$NBD_CHECK" compare "$(uri "$sock" origin)" "$tmpdir/expected.img"
-"$NBD_CHECK" compare "$(uri "$sock")" "$tmpdir/expected.img"
-"$NBD_CHECK" compare "$(uri "$sock" snapshot)" "$orig"
+export_equals "$(uri "$sock" origin)" "$tmpdir/expected.img"
+export_equals "$(uri "$sock")" "$tmpdir/expected.img"
+export_equals "$(uri "$sock" snapshot)" "$orig"
 info "\"\" and origin are the same export; the snapshot kept the old data"
 
 # Three chunks copied out: 3 * 4096 / 512 = 24 sectors allocated.
-sdesc=$("$NBD_CHECK" status "$(uri "$sock")" snapshot)
+sdesc=$(export_description "$sock" snapshot)
 echo "$sdesc" | grep -qE '(^|[^0-9])24/2048 0($|[^0-9])' ||
     fail "after 3 copy-outs the snapshot description is '$sdesc', expected status '24/2048 0'"
 info "status after 3 copy-outs: '$sdesc'"
 
 # A write to the snapshot does not reach the origin.
-"$NBD_CHECK" fill "$(uri "$sock" snapshot)" $((2 * 1024 * 1024)) 8192 0x11
-"$NBD_CHECK" compare "$(uri "$sock" origin)" "$tmpdir/expected.img"
+fill_export "$(uri "$sock" snapshot)" $((2 * 1024 * 1024)) 8192 0x11
+export_equals "$(uri "$sock" origin)" "$tmpdir/expected.img"
 
 stop_nbdkit "$pid"
 cmp "$origin" "$tmpdir/expected.img" || fail "origin file differs from what was written"
@@ -109,7 +111,7 @@ cmp "$origin" "$tmpdir/expected.img" || fail "origin file differs from what was 
 # ---------------------------------------------------------------------
 # 2. Default cow-size: the status total covers at least the origin.
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" store=transient
-sdesc=$("$NBD_CHECK" status "$(uri "$sock")" snapshot)
+sdesc=$(export_description "$sock" snapshot)
 total=$(echo "$sdesc" | grep -oE '[0-9]+/[0-9]+ [0-9]+' | tail -n1 | sed 's,^[0-9]*/\([0-9]*\) .*,\1,')
 [ -n "$total" ] || fail "no dm status line in '$sdesc'"
 [ "$total" -ge $((size / 512)) ] ||
@@ -117,7 +119,7 @@ total=$(echo "$sdesc" | grep -oE '[0-9]+/[0-9]+ [0-9]+' | tail -n1 | sed 's,^[0-
 echo "$sdesc" | grep -qE '(^|[^0-9])0/[0-9]+ 0($|[^0-9])' ||
     fail "fresh snapshot status is not '0/N 0': '$sdesc'"
 # The new snapshot was taken at this start: it has the current origin.
-"$NBD_CHECK" compare "$(uri "$sock" snapshot)" "$tmpdir/expected.img"
+export_equals "$(uri "$sock" snapshot)" "$tmpdir/expected.img"
 stop_nbdkit "$pid"
 
 # ---------------------------------------------------------------------
@@ -131,8 +133,8 @@ fi
 if nbdinfo "$(uri "$sock" snapshot)" >/dev/null 2>&1; then
     fail "without cow= the snapshot export is served"
 fi
-"$NBD_CHECK" compare "$(uri "$sock")" "$tmpdir/expected.img"
-"$NBD_CHECK" compare "$(uri "$sock" origin)" "$tmpdir/expected.img"
+export_equals "$(uri "$sock")" "$tmpdir/expected.img"
+export_equals "$(uri "$sock" origin)" "$tmpdir/expected.img"
 stop_nbdkit "$pid"
 info "without cow= only the origin is served"
 
@@ -145,9 +147,9 @@ list=$(nbdinfo_list "$(uri "$sock")")
 for e in origin snapshot first second; do
     echo "$list" | grep -qx "export=\"$e\":" || fail "snapshot=: export $e not listed"
 done
-"$NBD_CHECK" fill "$(uri "$sock" origin)" 0 65536 92
+fill_export "$(uri "$sock" origin)" 0 65536 92
 for e in snapshot first second; do
-    "$NBD_CHECK" compare "$(uri "$sock" "$e")" "$tmpdir/expected.img"
+    export_equals "$(uri "$sock" "$e")" "$tmpdir/expected.img"
 done
 stop_nbdkit "$pid"
 if try_start_failure "$tmpdir/snap.err" origin="$origin" snapshot=nocolon; then

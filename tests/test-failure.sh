@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # A full COW store (cow-size= of 16 chunks):
 #  - origin writes needing copy-outs beyond it make the snapshot Invalid:
 #    the origin writes succeed and hold the right data, every request on
@@ -11,6 +13,7 @@ set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 require_snapfg
 require_nbd_check
+requires nbdinfo nbdcopy
 
 size=$((4 * 1024 * 1024))
 chunk=4096
@@ -22,19 +25,9 @@ origin="$tmpdir/origin.img"
 orig="$tmpdir/original.img"
 cow="$tmpdir/cow.img"
 expected="$tmpdir/expected-origin.img"
-have nbdinfo || info "nbdinfo not found: checking the status with nbd-check only"
 
-# snapshot_description: the description nbdinfo --list (or, without
-# nbdinfo, list_exports via nbd-check) prints for the snapshot.
-snapshot_description() {
-    if have nbdinfo; then
-        nbdinfo --list "$(uri "$sock")" 2>"$tmpdir/nbdinfo.err" |
-            awk '/^export=/ { cur = $0 }
-                 cur == "export=\"snapshot\":" && $1 == "description:" { sub(/^[ \t]*description: /, ""); print; exit }'
-    else
-        "$NBD_CHECK" status "$(uri "$sock")" snapshot
-    fi
-}
+# snapshot_description: the description nbdinfo --list gives the snapshot.
+snapshot_description() { export_description "$sock" snapshot; }
 
 # run_mode MODE WORD [PARAMS...]
 run_mode() {
@@ -71,8 +64,7 @@ run_mode overflow-invalid Invalid
 # The Invalid snapshot stays Invalid while the origin keeps changing,
 # and a restart (new transient snapshot) is valid again.
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" store=transient chunk-size=$chunk cow-size=$cow_size
-"$NBD_CHECK" compare "$(uri "$sock" snapshot)" "$origin" ||
-    fail "new snapshot after restart does not equal the origin"
+export_equals "$(uri "$sock" snapshot)" "$origin" "new snapshot after restart"
 desc=$(snapshot_description)
 case $desc in
     *Invalid*|*Overflow*) fail "new snapshot after restart is '$desc'" ;;

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Fuzz the control protocol's request parser (control_parse_request and
 # jansson under it) with libFuzzer for ~20 s:
 # tests/fuzz-control-protocol.c, built here from the sources with

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Interoperability of snapfg's persistent COW store with the Linux
 # kernel's dm-snapshot (Debian's 6.1 kernel in a guest VM, driven by
 # dmsetup; tests/guest/guest-lib.sh; skipped without qemu).  One boot:

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # The Linux kernel's NBD client (nbd-client 3.24, netlink) against snapfg,
 # in a guest VM (tests/guest/guest-lib.sh; skipped without qemu).
 #

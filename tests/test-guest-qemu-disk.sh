@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # QEMU's NBD client against snapfg: the guest's virtio disks are snapfg
 # exports attached by QEMU (-drive file=nbd:unix:SOCK:exportname=...,
 # cache=none, discard=unmap), in a guest VM (tests/guest/guest-lib.sh;

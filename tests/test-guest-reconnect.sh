@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # The Debian 12 mitigation of nbdkit 1.32's client-drop abort, end to
 # end: the server is killed and started again under a guest that keeps
 # writing, and the guest must not notice.

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Store bindings (issue 9 items 2, 3, 4, 13): a persistent store is never
 # attached as a valid snapshot when the origin may have changed while it
 # was not attached.  Every refusal names the file, and writes nothing.

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # state=: a kill -9 loop (issue 9).  Every round starts nbdkit with
 # origin=, state= and control=, checks that exactly the persistent
 # snapshots created before come back, each byte for byte as the origin

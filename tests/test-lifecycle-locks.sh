@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Locks (issue 9 item 1): while a server uses them, the origin, every COW
 # store and the catalogue are locked (OFD locks on the whole file).
 #

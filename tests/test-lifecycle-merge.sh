@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # state=: a merge of a run-time snapshot interrupted by kill -9 resumes
 # at the restart (issue 9 item 4).
 #

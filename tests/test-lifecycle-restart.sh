@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # state= (issue 9 item 2): run-time snapshots survive restarts.
 #
 # 1. A server with origin=, state= and control= gets snapshots at run

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Self-reference (issue 9 items 11, 12).
 #
 # 1. A COW that is the origin is refused by path, through a symlink, a

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # snapfgctl merge: a persistent snapshot is merged back into the origin.
 #
 # 1. Live merge under concurrent I/O.  A 32 MiB origin, snapshot snap1

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # NBD backends: origin= and cow= given as nbd+unix:// URIs of other NBD
 # servers (the libnbd backend, src/device-nbd.c).
 #  1. nbdkit backends (file and memory origins, memory and file COW
@@ -15,7 +17,8 @@
 #     write needing a copy-out still succeeds, the snapshot then fails
 #     with EIO and is listed Invalid, the origin keeps working.  Origin
 #     backend: write and copy-out read errors reach the client as EIO,
-#     the snapshot stays valid and equal to the original.  Backend
+#     the snapshot stays valid and equal to the original (with 4 KiB
+#     chunks and with 128 KiB ones, which take the large-chunk copy path).  Backend
 #     servers killed under snapfg: the same, and snapfg still stops
 #     cleanly.
 #  4. Start-up errors naming the URI: no server on the socket, an export
@@ -424,11 +427,17 @@ fault_cow() {
 }
 fault_cow
 
+# fault_origin CHUNK: with chunks over 64 KiB a copy-out takes the
+# large-chunk path (device_copy first; an NBD origin cannot copy in the
+# kernel, so the chunk goes through a buffer): a read error there must
+# still be the origin's (EIO to the client), not the COW store's (which
+# would make the snapshot Invalid).
 fault_origin() {
+    local chunk=$1
     local osock="$tmpdir/origin.sock" csock="$tmpdir/cow.sock"
     local ofile="$tmpdir/origin.img" desc
     local wtrigger="$tmpdir/origin-write-errors" rtrigger="$tmpdir/origin-read-errors"
-    info "=== I/O errors on the origin backend"
+    info "=== I/O errors on the origin backend (chunk size $chunk)"
     make_random_image "$ofile" "$size"
     cp "$ofile" "$orig"
     cp "$ofile" "$expected"
@@ -470,7 +479,8 @@ fault_origin() {
     cmp "$ofile" "$expected" ||
         check_fail "origin errors: the origin file differs from the expected contents"
 }
-fault_origin
+fault_origin 4096
+fault_origin 131072
 
 # kill_backend SOCK: the server dies (SIGKILL) under snapfg.
 kill_backend() {

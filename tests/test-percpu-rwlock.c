@@ -1,8 +1,13 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Unit test of the per-CPU reader/writer lock (src/percpu-rwlock.c):
  *  1. many readers and writers: readers never see a half-done write, and
  *     the data the lock protects is plain (so ThreadSanitizer checks the
  *     lock's ordering too);
- *  2. a reader that unlocks on a different CPU from the one it locked on;
+ *  2. a reader that unlocks on a different CPU from the one it locked on
+ *     gives back exactly the count it took, in the slot it took it in
+ *     (each slot is inspected: a wrong slot would leave the sum at zero,
+ *     so a writer getting in proves nothing by itself);
  *  3. a writer arriving while readers hold the lock waits for them, and
  *     readers arriving while a writer waits queue behind it.
  */
@@ -130,6 +135,30 @@ wait_for (atomic_bool *flag)
   return false;
 }
 
+/* Check every reader slot of the lock: 'held' (if not NULL) must count
+ * exactly one reader and every other slot none.
+ */
+static void
+check_slots (const char *when, percpu_rwlock_token held)
+{
+  int slots = 0;
+
+  for (struct percpu_rwlock_slab *slab = atomic_load (&lock.slabs); slab;
+       slab = atomic_load (&slab->next))
+    for (int i = 0; i < PERCPU_RWLOCK_SLAB; ++i) {
+      struct percpu_rwlock_slot *slot = &slab->slot[i];
+      long want = slot == held ? 1 : 0;
+      long n = atomic_load (&slot->readers);
+
+      if (n != want)
+        FAIL ("%s: slot %d counts %ld readers, expected %ld", when, slots,
+              n, want);
+      slots++;
+    }
+  if (slots == 0)
+    FAIL ("%s: the lock has no reader slots", when);
+}
+
 static void
 test_unlock_on_other_cpu (void)
 {
@@ -141,14 +170,21 @@ test_unlock_on_other_cpu (void)
     printf ("unlock on another CPU: skipped (one CPU)\n");
     return;
   }
+  if (sched_getcpu () != 0)
+    FAIL ("not running on CPU 0 after pinning");
   t = percpu_rwlock_read_lock (&lock);
+  check_slots ("read lock taken on CPU 0", t);
   if (!pin_to_cpu (1))
     FAIL ("sched_setaffinity to CPU 1");
   if (sched_getcpu () != 1)
     FAIL ("not running on CPU 1 after pinning");
   percpu_rwlock_read_unlock (&lock, t);
+  /* The unlock on CPU 1 must have undone the lock's count in its own
+   * slot, not touched one belonging to CPU 1 or to another thread.
+   */
+  check_slots ("read lock released on CPU 1", NULL);
 
-  /* If the unlock went to the wrong slot, the writer would wait forever. */
+  /* And the lock works on: a writer gets in. */
   atomic_store (&writer_has_lock, false);
   pthread_create (&w, NULL, writer_once, NULL);
   if (!wait_for (&writer_has_lock))

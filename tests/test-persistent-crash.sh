@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Crash safety of the persistent COW store (DESIGN.md section 5: COW data
+# Crash safety of the persistent COW store (docs/design.md section 5: COW data
 # durable -> metadata durable -> origin overwritten).
 #
 #  1. Crash loop: several rounds of concurrent origin writers (separate

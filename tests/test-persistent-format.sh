@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The persistent store's on-disk format (DESIGN.md sections 1, 5, 6),
+# The persistent store's on-disk format (docs/design.md sections 1, 5, 6),
 # checked against the documented dm-snapshot layout with an independent
 # Python reader/writer (tests/make-cow.py):
 #  (a) stores built by hand (several metadata areas, 4K and 512-byte
@@ -284,7 +284,7 @@ fi
 # Stale pairs after the terminator of the current area.  The kernel
 # treats them as live as soon as a pair is appended before them, so a
 # store that holds them must either be refused, or be reopened with the
-# area kept zero past its last pair (DESIGN.md section 5): appending must
+# area kept zero past its last pair (docs/design.md section 5): appending must
 # not bring them to life.
 info "=== (c) stale pairs after the terminator of the current area"
 ochunks=$((osize / CS))

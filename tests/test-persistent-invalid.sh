@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A full persistent COW store (DESIGN.md sections 1, 6) and the dm status
+# A full persistent COW store (docs/design.md sections 1, 6) and the dm status
 # line:
 #  - status "<allocated>/<total> <metadata>" in 512-byte sectors as dm
 #    computes it for a persistent store, while running and after a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Persistent COW store across clean restarts (DESIGN.md sections 1, 2, 5):
+# Persistent COW store across clean restarts (docs/design.md sections 1, 2, 5):
 #  - origin writes, clean stop, restart with the same origin=/cow=: the
 #    snapshot still equals the pristine image byte for byte, the origin
 #    has the writes; twice;

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # contrib/systemd/snapfg@.service:
 #  1. systemd-analyze verify accepts it without a warning (skipped when
 #     systemd-analyze is not installed);

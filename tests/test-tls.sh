@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # TLS with a pre-shared key, exactly as the README and the man page show:
 #   psktool -u alice -p keys.psk
 #   nbdkit --tls=require --tls-psk=keys.psk snapfg ...

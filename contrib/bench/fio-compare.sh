@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Compare snapfg with a bare nbdkit file plugin and with its peers (nbdkit's
 # cow filter, QEMU copy-before-write fleecing), using fio's nbd engine, and
 # check the performance targets of issue 5.
@@ -23,6 +25,10 @@
 #                      power loss); only the first-write servers
 #                      (PHASES firstwrite and seqfirst)
 #   snapfg-global      snapfg, store=transient, locking=global (one mutex)
+#   snapfg-checkpoint  snapfg, no snapshot, one checkpoint tracking
+#                      (state= in BENCH_DIR, snapfgctl checkpoint create
+#                      right after the start, cbt-granularity= default 64K):
+#                      the changed-block tracking overhead of issue 12
 #   cow-4K, cow-64K    nbdkit --filter=cow file ORIGIN cow-block-size=4K/64K:
 #                      its writes are like writes to a snapshot
 #   qemu-fleecing      ../shared/peers/fleecing.sh start: qemu-storage-daemon
@@ -35,7 +41,9 @@
 # RUNTIME seconds except the one-pass first writes):
 #
 #   origin-randwrite      origin random writes, no snapshot (bare,
-#                         snapfg-nosnap)
+#                         snapfg-nosnap, snapfg-checkpoint: with a fresh
+#                         checkpoint, so the first write to every granule
+#                         also writes the bitmap)
 #   origin-firstwrite     fresh snapshot, one pass of random writes in which
 #                         every write hits a chunk not yet copied: fio's
 #                         random map on (norandommap=0), randrepeat=0, each
@@ -103,6 +111,9 @@
 #   LOCK_BENCH_SECONDS  seconds per lock-bench cell [1]
 #   STARTUP        1: run startup.sh [1]
 #   STARTUP_EXCEPTIONS  exceptions for startup.sh [1000000]
+#   BACKUP         1: run backup-bench.sh (snapfg-backup, incremental of
+#                  a 5 % change against a full backup) [1]
+#   BACKUP_SIZE    disk size for backup-bench.sh [1G]
 #   FLEECING_SH    the fleecing peer [../shared/peers/fleecing.sh beside
 #                  this tree]
 #   SNAPFG_PLUGIN  the plugin [plugins/snapfg/.libs/nbdkit-snapfg-plugin.so
@@ -139,10 +150,12 @@ PHASES=${PHASES:-"firstwrite seqfirst overwrite snapwrite"}
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 SIZE=${SIZE:-1G}
 CHUNK_SIZE=${CHUNK_SIZE:-4K}
-SYSTEMS=${SYSTEMS:-"bare snapfg-nosnap snapfg-transient snapfg-persistent snapfg-persistent-flush snapfg-global cow-4K cow-64K qemu-fleecing"}
+SYSTEMS=${SYSTEMS:-"bare snapfg-nosnap snapfg-checkpoint snapfg-transient snapfg-persistent snapfg-persistent-flush snapfg-global cow-4K cow-64K qemu-fleecing"}
 LOCKS=${LOCKS:-1}
 STARTUP=${STARTUP:-1}
 STARTUP_EXCEPTIONS=${STARTUP_EXCEPTIONS:-1000000}
+BACKUP=${BACKUP:-1}
+BACKUP_SIZE=${BACKUP_SIZE:-1G}
 FLEECING_SH=${FLEECING_SH:-$top/../shared/peers/fleecing.sh}
 
 die() { echo "fio-compare: error: $*" >&2; exit 1; }
@@ -172,6 +185,7 @@ SNAPFG_PLUGIN=${SNAPFG_PLUGIN:-$(find_built plugins/snapfg/.libs/nbdkit-snapfg-p
 [ -n "$SNAPFG_PLUGIN" ] && [ -f "$SNAPFG_PLUGIN" ] ||
     die "plugin not found (build it with make, or set SNAPFG_PLUGIN)"
 LOCK_BENCH=${LOCK_BENCH:-$(find_built contrib/bench/lock-bench || true)}
+SNAPFGCTL=${SNAPFGCTL:-$(find_built src/snapfgctl || true)}
 
 to_bytes() {
     local v=${1^^} n
@@ -191,7 +205,7 @@ run_systems=
 skipped=
 for system in $SYSTEMS; do
     case $system in
-        bare|snapfg-nosnap|snapfg-transient|snapfg-persistent|snapfg-persistent-flush|snapfg-global|cow-4K|cow-64K) ;;
+        bare|snapfg-nosnap|snapfg-checkpoint|snapfg-transient|snapfg-persistent|snapfg-persistent-flush|snapfg-global|cow-4K|cow-64K) ;;
         qemu-fleecing)
             why=
             if ! command -v qemu-storage-daemon >/dev/null 2>&1; then
@@ -266,6 +280,7 @@ cleanup() {
         rm -rf "$work"
     else
         rm -rf "$origin" "$cow" "$pfilled" "$sock" "$pidfile" "$work"/fleecing.* "$work"/cow-tmp \
+            "$work"/cbt-state.json "$work"/cbt-state.json.d "$work"/cbt.ctl \
             "$work"/replay-* "$work"/cg.*
     fi
     exit "$rc"
@@ -299,6 +314,9 @@ start_server() {
     case $system in
         bare)              args=(file file="$origin") ;;
         snapfg-nosnap)     args=("$SNAPFG_PLUGIN" origin="$origin") ;;
+        snapfg-checkpoint) rm -rf "$work/cbt-state.json" "$work/cbt-state.json.d"
+                           args=("$SNAPFG_PLUGIN" origin="$origin" state="$work/cbt-state.json"
+                                 control="$work/cbt.ctl") ;;
         snapfg-transient)  args=("$SNAPFG_PLUGIN" "${snap[@]}" store=transient locking=striped) ;;
         snapfg-global)     args=("$SNAPFG_PLUGIN" "${snap[@]}" store=transient locking=global) ;;
         snapfg-persistent) args=("$SNAPFG_PLUGIN" "${snap[@]}" store=persistent locking=striped)
@@ -345,6 +363,15 @@ start_fleecing() {
         sleep 0.1
     done
     die "fleecing.sh did not print its URIs within 120 s"
+}
+
+# start_checkpoint: the running snapfg-checkpoint server starts tracking.
+start_checkpoint() {
+    [ -n "$SNAPFGCTL" ] && [ -x "$SNAPFGCTL" ] ||
+        die "snapfgctl not found (build it with make, or set SNAPFGCTL)"
+    for _ in $(seq 100); do [ -S "$work/cbt.ctl" ] && break; sleep 0.1; done
+    "$SNAPFGCTL" -S "$work/cbt.ctl" checkpoint create bench >/dev/null ||
+        die "snapfgctl checkpoint create failed"
 }
 
 # persistent_stats: "EXCEPTIONS GROUPS SYNCS [CALLS]" from the store's
@@ -535,6 +562,13 @@ for nj in $NUMJOBS; do
                 run_fio "$system" origin-randwrite "$nj"
                 stop_server
                 ;;
+            snapfg-checkpoint)
+                # A new checkpoint: nothing marked yet.
+                start_server "$system" "j$nj"
+                start_checkpoint
+                run_fio "$system" origin-randwrite "$nj"
+                stop_server
+                ;;
             cow-*)
                 start_server "$system" "j$nj"
                 run_fio "$system" snapshot-randwrite "$nj"
@@ -650,6 +684,14 @@ if [ "$STARTUP" = 1 ]; then
     SNAPFG_PLUGIN=$SNAPFG_PLUGIN TMPDIR=$work bash "$here/startup.sh" "$STARTUP_EXCEPTIONS" \
         >"$startmd" 2>"$OUTDIR/logs/startup.log" ||
         log "warning: startup.sh failed (see $OUTDIR/logs/startup.log)"
+fi
+backupmd=$OUTDIR/backup.md
+: >"$backupmd"
+if [ "$BACKUP" = 1 ]; then
+    log "snapfg-backup: incremental (5 % changed) against full, $BACKUP_SIZE (backup-bench.sh)"
+    SNAPFG_PLUGIN=$SNAPFG_PLUGIN TMPDIR=$work bash "$here/backup-bench.sh" "$BACKUP_SIZE" \
+        >"$backupmd" 2>"$OUTDIR/logs/backup-bench.log" ||
+        log "warning: backup-bench.sh failed (see $OUTDIR/logs/backup-bench.log)"
 fi
 t_end=$(date +%s)
 for v in RUNTIME ROUNDS NUMJOBS NUMJOBS_PEERS IODEPTH SEQ_IODEPTH PHASES SIZE CHUNK_SIZE run_systems skipped \
@@ -855,6 +897,11 @@ context_row() {  # context_row LABEL NW NS DW DS [JOBS]
         target_row "origin write, no snapshot" snapfg-nosnap "origin-randwrite / bare randwrite" "≥ 0.95" \
             origin-randwrite snapfg-nosnap origin-randwrite bare 0.95
     fi
+    if has_system snapfg-checkpoint; then
+        target_row "origin write, checkpoint only (issue 12)" snapfg-checkpoint \
+            "origin-randwrite / bare randwrite" "≥ 0.95" \
+            origin-randwrite snapfg-checkpoint origin-randwrite bare 0.95
+    fi
     for system in snapfg-transient snapfg-persistent; do
         has_system "$system" || continue
         target_row "origin overwrite, snapshot active" "$system" "origin-overwrite / bare randwrite" "≥ 0.90" \
@@ -1021,6 +1068,12 @@ if [ -s "$startmd" ]; then
       echo '```'; grep -v '^|' "$startmd" || true; echo '```'; echo; grep '^|' "$startmd" || true; } >>"$md"
 fi
 
+backupmd=$OUTDIR/backup.md
+if [ -s "$backupmd" ]; then
+    { echo; echo "## snapfg-backup: incremental against full (contrib/bench/backup-bench.sh)"; echo
+      grep '^|' "$backupmd" || true; echo; grep -v '^|' "$backupmd" || true; } >>"$md"
+fi
+
 # --- the plot: IOPS against connections, one panel per workload -------------
 if command -v gnuplot >/dev/null 2>&1; then
     pdir=$OUTDIR/plot
@@ -1057,6 +1110,7 @@ if command -v gnuplot >/dev/null 2>&1; then
         case $1 in
             bare*) echo '#000000' ;;
             snapfg-nosnap) echo '#7f7f7f' ;;
+            snapfg-checkpoint) echo '#f0e442' ;;
             snapfg-transient) echo '#009e73' ;;
             snapfg-persistent) echo '#0072b2' ;;
             snapfg-persistent-flush) echo '#56b4e9' ;;

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Lock microbenchmark: the read side of snapfg's per-CPU reader/writer
  * lock against pthread_rwlock_t and pthread_mutex_t.
  *

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Lock microbenchmark: timing table, then callgrind instruction counts
 # per read acquire+release (repeatable, unlike times on a shared machine).
 set -euo pipefail

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Profile nbdkit (perf record -g) while fio runs one workload of
 # fio-compare.sh against one system: what bounds a number in BENCHMARKS.md.
 #

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Reopening a persistent store with many exceptions: start-up time and
 # resident memory per exception.
 #

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # What "nbdkit -t 1" costs: the same snapfg server (origin file + a
 # persistent snapshot) run with nbdkit's default threads and with -t 1,
 # measured with fio's nbd engine at 1 and 4 connections (numjobs), in

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: nbdkit plugin serving a live origin and point-in-time snapshots
  * of it with dm-snapshot semantics.  This file is the glue: it parses
  * parameters and maps nbdkit callbacks onto the engine in src/.
@@ -15,7 +17,11 @@
 #include <nbdkit-plugin.h>
 
 #include "engine.h"
+#include "cbt-bitmap.h"
+#include "checkpoint.h"
 #include "device.h"
+#include "store-types.h"
+#include "vector.h"
 #include "control-server.h"
 #include "catalogue.h"
 #include "snapfg-log.h"
@@ -29,9 +35,9 @@ struct startup_snapshot {
   char *name;
   char *cow_path;
 };
-static struct startup_snapshot *extra_snapshots;
-static size_t nextra_snapshots;
-static const char *store_type = "persistent";
+DEFINE_VECTOR_TYPE (startup_snapshot_vector, struct startup_snapshot);
+static startup_snapshot_vector extra_snapshots;
+static char *store_type;               /* NULL: the default */
 static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
 static int64_t cow_size;
 static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
@@ -40,6 +46,8 @@ static enum snapfg_durability durability = SNAPFG_DURABILITY_SYNC;
 static char *control_path;
 static unsigned max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS;
 static char *state_path;
+static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
+static bool cbt_granularity_given;
 
 static struct snapfg_engine *engine;
 static struct catalogue *catalogue;
@@ -86,17 +94,19 @@ plugin_unload (void)
   control = NULL;
   snapfg_engine_close (engine);
   engine = NULL;
-  catalogue_close (catalogue);  /* after the engine: it records into it */
+  /* After the engine: it (and its checkpoints) record into it. */
+  catalogue_close (catalogue);
   catalogue = NULL;
   free (state_path);
   free (origin_path);
   free (cow_path);
-  for (size_t i = 0; i < nextra_snapshots; ++i) {
-    free (extra_snapshots[i].name);
-    free (extra_snapshots[i].cow_path);
+  for (size_t i = 0; i < extra_snapshots.len; ++i) {
+    free (extra_snapshots.ptr[i].name);
+    free (extra_snapshots.ptr[i].cow_path);
   }
-  free (extra_snapshots);
+  startup_snapshot_vector_reset (&extra_snapshots);
   free (control_path);
+  free (store_type);
 }
 
 /* Parse a size parameter; nbdkit_parse_size names the value on error. */
@@ -143,7 +153,7 @@ plugin_config (const char *key, const char *value)
   }
   else if (strcmp (key, "snapshot") == 0) {
     const char *colon = strchr (value, ':');
-    struct startup_snapshot *list, *x;
+    struct startup_snapshot x;
 
     if (colon == NULL || colon == value || colon[1] == '\0') {
       nbdkit_error ("snapshot=%s: expected snapshot=NAME:COW", value);
@@ -162,33 +172,26 @@ plugin_config (const char *key, const char *value)
         return -1;
       }
     }
-    list = realloc (extra_snapshots,
-                    (nextra_snapshots + 1) * sizeof *list);
-    if (list == NULL) {
-      nbdkit_error ("realloc: %m");
-      return -1;
-    }
-    extra_snapshots = list;
-    x = &list[nextra_snapshots];
-    x->name = strndup (value, colon - value);
-    x->cow_path = device_is_uri (colon + 1) ? strdup (colon + 1)
+    x.name = strndup (value, colon - value);
+    x.cow_path = device_is_uri (colon + 1) ? strdup (colon + 1)
       : nbdkit_absolute_path (colon + 1);
-    if (x->name == NULL || x->cow_path == NULL) {
-      free (x->name);
-      free (x->cow_path);
+    if (x.name == NULL || x.cow_path == NULL ||
+        startup_snapshot_vector_append (&extra_snapshots, x) < 0) {
+      free (x.name);
+      free (x.cow_path);
       nbdkit_error ("snapshot=%s: out of memory", value);
       return -1;
     }
-    nextra_snapshots++;
   }
   else if (strcmp (key, "store") == 0) {
-    if (strcmp (value, "transient") == 0)
-      store_type = "transient";
-    else if (strcmp (value, "persistent") == 0)
-      store_type = "persistent";
-    else {
-      nbdkit_error ("store=%s: unknown store type "
-                    "(expected transient or persistent)", value);
+    problem = snapfg_check_store_type (value);
+    if (problem) {
+      nbdkit_error ("store=%s: %s", value, problem);
+      return -1;
+    }
+    free (store_type);
+    if ((store_type = strdup (value)) == NULL) {
+      nbdkit_error ("strdup: %m");
       return -1;
     }
   }
@@ -239,6 +242,17 @@ plugin_config (const char *key, const char *value)
                     "(expected sync or flush)", value);
       return -1;
     }
+  }
+  else if (strcmp (key, "cbt-granularity") == 0) {
+    if (parse_size_param (key, value, &cbt_granularity) == -1)
+      return -1;
+    /* Checked against chunk-size= once every parameter is known. */
+    problem = cbt_check_granularity (cbt_granularity, 0);
+    if (problem) {
+      nbdkit_error ("cbt-granularity=%s: %s", value, problem);
+      return -1;
+    }
+    cbt_granularity_given = true;
   }
   else if (strcmp (key, "max-snapshots") == 0) {
     if (nbdkit_parse_unsigned (key, value, &max_snapshots) == -1)
@@ -313,13 +327,14 @@ plugin_config_complete (void)
     .block_size = block_size,
     .max_snapshots = max_snapshots,
   };
+  const char *problem;
 
   if (origin_path == NULL) {
     nbdkit_error ("the origin= parameter is required "
                   "(the disk to serve and snapshot)");
     return -1;
   }
-  if (cow_path == NULL && nextra_snapshots == 0) {
+  if (cow_path == NULL && extra_snapshots.len == 0) {
     if (cow_size) {
       nbdkit_error ("cow-size= given without cow= or snapshot=");
       return -1;
@@ -328,6 +343,16 @@ plugin_config_complete (void)
   else if (cow_size && cow_size < chunk_size) {
     nbdkit_error ("cow-size=%" PRIi64 ": smaller than one chunk "
                   "(chunk-size=%" PRIi64 ")", cow_size, chunk_size);
+    return -1;
+  }
+
+  /* The default follows a chunk size larger than itself. */
+  if (!cbt_granularity_given && cbt_granularity < chunk_size)
+    cbt_granularity = chunk_size;
+  problem = cbt_check_granularity (cbt_granularity, chunk_size);
+  if (problem) {
+    nbdkit_error ("cbt-granularity=%" PRIi64 ": %s (chunk-size=%" PRIi64
+                  ")", cbt_granularity, problem, chunk_size);
     return -1;
   }
 
@@ -345,17 +370,23 @@ plugin_config_complete (void)
     if (catalogue_open (state_path, &origin, &catalogue) < 0)
       return -1;
     snapfg_engine_set_catalogue (engine, catalogue);
-    if (snapfg_engine_restore (engine) < 0)
-      goto fail;
   }
+  /* The checkpoints (they need the catalogue) track from here on: before
+   * the restore, which may start a merge recorded but not begun (the
+   * origin view changes then), and before any client.
+   */
+  if (snapfg_checkpoints_open (engine, catalogue, cbt_granularity) < 0)
+    goto fail;
+  if (catalogue && snapfg_engine_restore (engine) < 0)
+    goto fail;
 
   if (cow_path &&
       startup_snapshot (SNAPFG_STARTUP_SNAPSHOT, cow_path) < 0)
     goto fail;
   /* Then the snapshot= ones, in order, with the same store settings. */
-  for (size_t i = 0; i < nextra_snapshots; ++i)
-    if (startup_snapshot (extra_snapshots[i].name,
-                          extra_snapshots[i].cow_path) < 0)
+  for (size_t i = 0; i < extra_snapshots.len; ++i)
+    if (startup_snapshot (extra_snapshots.ptr[i].name,
+                          extra_snapshots.ptr[i].cow_path) < 0)
       goto fail;
   return 0;
 
@@ -405,7 +436,8 @@ plugin_cleanup (void)
   "origin=<FILE>         (required) The origin: file, block device or NBD URI.\n" \
   "cow=<FILE>            COW store (file, block device or NBD URI) of \"snapshot\".\n" \
   "snapshot=<NAME>:<COW> Another snapshot exported as NAME (repeatable).\n" \
-  "store=persistent|transient Exception store (default persistent).\n" \
+  "store=" SNAPFG_STORE_TYPE_CHOICES " Exception store (default " \
+  SNAPFG_DEFAULT_STORE_TYPE ").\n" \
   "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
   "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
   "block-size=512|4096   Advertised minimum block size (default 512).\n" \
@@ -414,7 +446,10 @@ plugin_cleanup (void)
   "                      or only at client flush/FUA.\n" \
   "max-snapshots=<N>     Most snapshots at once (default 32).\n" \
   "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
-  "state=<FILE>          The origin's catalogue: snapshots survive restarts."
+  "state=<FILE>          The origin's catalogue: snapshots and checkpoints\n" \
+  "                      survive restarts.\n" \
+  "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
+  "                      (default 64K)."
 
 /* A connection's view: the origin, or one snapshot. */
 struct handle {
@@ -581,7 +616,7 @@ static int
 plugin_can_multi_conn (void *handle)
 {
   /* A flush on any connection makes every completed write durable, on
-   * every export (DESIGN.md section 6).
+   * every export (docs/design.md section 6).
    */
   return 1;
 }

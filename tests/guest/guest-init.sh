@@ -1,4 +1,6 @@
 #!/bin/busybox sh
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # /init of the snapfg test guest (busybox sh, PID 1).  It mounts the
 # pseudo file systems, loads the modules, defines the helpers below,
 # sources /params.sh and the test's /test.sh (both from the per-run

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Guest-VM harness for the snapfg interoperability tests (host side).
 #
 #   source "$(dirname "$0")/functions.sh"

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfg: a persistent dirty bitmap of the origin (one checkpoint's).
+ *
+ * One bit per granule of the origin (the granularity is a power of two);
+ * a set bit means "this granule may have changed since the checkpoint's
+ * instant".  The bitmap lives in memory as atomic 64-bit words and in a
+ * file (STATE.d/NAME.cbt) that mirrors them.  The file format:
+ *
+ *   offset  size  field (little-endian)
+ *        0     8  magic "SNAPFGCB"
+ *        8     4  version (1)
+ *       12     4  header size in bytes (4096): the bits start here
+ *       16     4  granularity in bytes
+ *       20     4  flags: 1 DIRTY (in use by a server: some bits may be
+ *                 only in the page cache), 2 INCONSISTENT (a bitmap
+ *                 write failed or the system stopped uncleanly while
+ *                 DIRTY: the bits may miss changes)
+ *       24     8  origin size in bytes
+ *       32     8  number of granules (bits)
+ *       40    40  boot id (/proc/sys/kernel/random/boot_id) of the system
+ *                 that set DIRTY, NUL-padded
+ *       80     8  creation time (Unix seconds)
+ *       88  4008  zero
+ *     4096     .  the bits: 64-bit words, granule g is bit g % 64 of
+ *                 word g / 64; the bits past the last granule are zero
+ *
+ * Ordering (why a kill -9 never loses an acknowledged change): the first
+ * change to a granule sets its bit in a pwrite of the file *before* the
+ * origin changes, and only then publishes the bit in memory, so a writer
+ * that finds the bit set in memory knows it is in the file (at least in
+ * the page cache, which survives the process).  A flush syncs the file
+ * before the origin's flush.  DIRTY is made durable before the first bit
+ * can be set; a clean close syncs the bits and clears DIRTY.  At open, a
+ * DIRTY file written under the same boot id is complete (only the
+ * process died); under another boot id the page cache may have been lost
+ * with the system, so the bitmap is INCONSISTENT.
+ *
+ * The hot path (cbt_bitmap_mark with every granule already set) is one
+ * atomic load per 64 granules touched and one for the inconsistent flag.
+ */
+#ifndef SNAPFG_CBT_BITMAP_H
+#define SNAPFG_CBT_BITMAP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CBT_MAGIC "SNAPFGCB"
+#define CBT_VERSION 1
+#define CBT_HEADER_SIZE 4096
+#define CBT_FLAG_DIRTY        (1u << 0)
+#define CBT_FLAG_INCONSISTENT (1u << 1)
+#define CBT_BOOT_ID_LEN 40
+
+#define CBT_DEFAULT_GRANULARITY (64 * 1024)
+#define CBT_MAX_GRANULARITY (1u << 30)
+
+struct cbt_bitmap {
+  char *path;
+  int fd;                       /* -1: no file (a test's in-memory bitmap) */
+  uint32_t granularity;
+  unsigned shift;               /* log2 (granularity) */
+  uint64_t origin_size;
+  uint64_t granules;
+  uint64_t nwords;
+  uint64_t created;
+  _Atomic uint64_t *words;
+  atomic_bool inconsistent;
+  /* Bits written to the file since the last sync (a flush skips the
+   * sync when nothing changed).
+   */
+  atomic_uint_least64_t written_gen, synced_gen;
+  pthread_mutex_t lock;         /* first writes to granules, header writes */
+  char boot_id[CBT_BOOT_ID_LEN];
+  /* Called once when the bitmap becomes inconsistent at run time (a
+   * write failed), so that its owner can record it elsewhere.
+   */
+  void (*on_inconsistent) (struct cbt_bitmap *bm, void *opaque);
+  void *opaque;
+};
+
+/* NULL if granularity is fine for chunk size chunk_size, else a message
+ * saying what is wrong.
+ */
+extern const char *cbt_check_granularity (int64_t granularity,
+                                          int64_t chunk_size);
+
+/* This system's boot id (SNAPFG_TEST_BOOT_ID overrides it, so that tests
+ * can simulate an unclean system stop).
+ */
+extern void cbt_boot_id (char id[CBT_BOOT_ID_LEN]);
+
+/* Create a new bitmap file at path (O_EXCL: never replaces anything),
+ * all bits clear, DIRTY, durable (file and directory) before returning.
+ * On error, logs a message naming the file and removes what it created.
+ */
+extern int cbt_bitmap_create (const char *path, uint32_t granularity,
+                              uint64_t origin_size, struct cbt_bitmap **bmp);
+
+/* Open an existing bitmap file for origin_size.  A file that is not a
+ * checkpoint bitmap, or one for another origin size, is refused (with a
+ * message in why); a DIRTY one from another boot, or one flagged
+ * INCONSISTENT, opens with bm->inconsistent set and the reason in why.
+ */
+extern int cbt_bitmap_open (const char *path, uint64_t origin_size,
+                            struct cbt_bitmap **bmp,
+                            char *why, size_t why_len);
+
+/* Mark DIRTY (with this boot id), durably: before the bitmap tracks. */
+extern int cbt_bitmap_set_dirty (struct cbt_bitmap *bm);
+/* Sync the bits, then clear DIRTY durably: no more changes will come
+ * (a clean close, or the checkpoint was frozen).
+ */
+extern int cbt_bitmap_set_clean (struct cbt_bitmap *bm);
+/* Make every bit written so far durable (a flush). */
+extern int cbt_bitmap_sync (struct cbt_bitmap *bm);
+/* Flag INCONSISTENT in memory and (best effort) in the file. */
+extern void cbt_bitmap_set_inconsistent (struct cbt_bitmap *bm,
+                                         const char *why, int err);
+
+/* A bitmap in memory only (no file), all clear: for computing unions. */
+extern struct cbt_bitmap *cbt_bitmap_new_memory (uint32_t granularity,
+                                                 uint64_t origin_size);
+
+extern void cbt_bitmap_close (struct cbt_bitmap *bm);
+
+/* The slow path of cbt_bitmap_mark. */
+extern void cbt_bitmap_mark_slow (struct cbt_bitmap *bm, uint64_t first,
+                                  uint64_t last);
+
+static inline bool
+cbt_word_range_set (struct cbt_bitmap *bm, uint64_t first, uint64_t last)
+{
+  for (uint64_t w = first >> 6; w <= last >> 6; ++w) {
+    uint64_t lo = w == first >> 6 ? (first & 63) : 0;
+    uint64_t hi = w == last >> 6 ? (last & 63) : 63;
+    uint64_t mask = (hi == 63 ? ~UINT64_C (0) : (UINT64_C (1) << (hi + 1)) - 1)
+      & ~((UINT64_C (1) << lo) - 1);
+
+    if ((atomic_load_explicit (&bm->words[w], memory_order_acquire) & mask)
+        != mask)
+      return false;
+  }
+  return true;
+}
+
+/* Record a change of [offset, offset+count) (count > 0), before the
+ * change is made.  Never fails: a bitmap write error makes the bitmap
+ * inconsistent (and says so) and the change goes ahead.
+ */
+static inline void
+cbt_bitmap_mark (struct cbt_bitmap *bm, uint64_t offset, uint64_t count)
+{
+  uint64_t first, last;
+
+  if (offset >= bm->origin_size)
+    return;
+  if (count > bm->origin_size - offset)
+    count = bm->origin_size - offset;
+  first = offset >> bm->shift;
+  last = (offset + count - 1) >> bm->shift;
+  if (cbt_word_range_set (bm, first, last))
+    return;
+  if (atomic_load_explicit (&bm->inconsistent, memory_order_relaxed))
+    return;
+  cbt_bitmap_mark_slow (bm, first, last);
+}
+
+/* Is granule g set? */
+static inline bool
+cbt_bitmap_test (const struct cbt_bitmap *bm, uint64_t g)
+{
+  return (atomic_load_explicit (&((struct cbt_bitmap *) bm)->words[g >> 6],
+                                memory_order_acquire) >> (g & 63)) & 1;
+}
+
+/* The number of set bits. */
+extern uint64_t cbt_bitmap_count (const struct cbt_bitmap *bm);
+
+/* dst |= src, in memory and durably in dst's file (dst is not tracking:
+ * nobody else writes it meanwhile).  Both have the same geometry.
+ */
+extern int cbt_bitmap_or (struct cbt_bitmap *dst,
+                          const struct cbt_bitmap *src);
+
+#endif

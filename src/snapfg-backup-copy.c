@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfg-backup: the copy engine.
+ *
+ * Reads ranges of the snapshot and writes them into the image being
+ * built, like nbdcopy: a fixed number of requests in flight (COPY_SLOTS),
+ * spread over every source connection (several when the server allows
+ * multi-conn), all driven by one poll loop through libnbd's aio calls.
+ * Each slot reads a piece, checksums its blocks, then writes it (or, if
+ * it is all zero, skips it in a new image or writes zeroes in an
+ * overlay, where skipping would show the older image's data).
+ *
+ * The engine never leaves a request in flight when it returns, even on
+ * failure: nbdkit 1.32 (Debian 12) aborts when a client drops a
+ * connection with replies still owed ("raw_send_socket: Assertion
+ * 'sock >= 0'"), and a backup tool must not take the server down.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gnutls/gnutls.h>
+#include <gnutls/crypto.h>
+
+#include "snapfg-backup.h"
+
+#define COPY_SLOTS 64           /* requests in flight, in all */
+#define PIECE_SIZE (256 * 1024) /* bytes per request (at least a block) */
+
+enum slot_state {
+  SLOT_IDLE,
+  SLOT_READING,
+  SLOT_READ_DONE,
+  SLOT_WRITING,
+  SLOT_WRITE_DONE,
+};
+
+struct slot {
+  enum slot_state state;
+  uint64_t offset, length;
+  size_t src;                   /* index of the source connection */
+  int error;                    /* errno of the last request, 0 if none */
+  int writes;                   /* writes of the piece not completed */
+  char *buf;
+};
+
+/* --- SHA-256 (GnuTLS: libnbd links it already for TLS) --- */
+
+int
+sha256_buf (const void *buf, size_t len, unsigned char out[SHA256_LEN])
+{
+  return gnutls_hash_fast (GNUTLS_DIG_SHA256, buf, len, out) == 0 ? 0 : -1;
+}
+
+void
+sha256_zero (uint64_t len, unsigned char out[SHA256_LEN])
+{
+  static const char zeroes[65536];
+  gnutls_hash_hd_t h;
+
+  if (gnutls_hash_init (&h, GNUTLS_DIG_SHA256) < 0)
+    abort ();
+  while (len > 0) {
+    size_t n = len < sizeof zeroes ? len : sizeof zeroes;
+    gnutls_hash (h, zeroes, n);
+    len -= n;
+  }
+  gnutls_hash_deinit (h, out);
+}
+
+void
+hex_digest (const unsigned char d[SHA256_LEN], char out[65])
+{
+  for (int i = 0; i < SHA256_LEN; ++i)
+    sprintf (out + 2 * i, "%02x", d[i]);
+}
+
+static bool
+is_zero (const char *buf, size_t len)
+{
+  return len == 0 || (buf[0] == 0 && memcmp (buf, buf + 1, len - 1) == 0);
+}
+
+/* --- completion callbacks: only record, the loop does the work --- */
+
+static int
+read_done (void *opaque, int *error)
+{
+  struct slot *s = opaque;
+
+  if (*error)
+    s->error = *error;
+  s->state = SLOT_READ_DONE;
+  return 1;
+}
+
+static int
+write_done (void *opaque, int *error)
+{
+  struct slot *s = opaque;
+
+  if (*error)
+    s->error = *error;
+  if (--s->writes == 0)
+    s->state = SLOT_WRITE_DONE;
+  return 1;
+}
+
+/* --- progress line --- */
+
+static bool progress_on;        /* a progress line is on the terminal */
+
+static double
+now_seconds (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void
+progress (const char *what, uint64_t done, uint64_t total, double start,
+          bool last)
+{
+  double t = now_seconds () - start;
+  double rate = t > 0 ? done / t : 0;
+
+  fprintf (stderr, "\r%s: %" PRIu64 " of %" PRIu64 " MiB (%.0f%%), %.1f MiB/s\033[K",
+           what, done >> 20, total >> 20,
+           total ? 100.0 * done / total : 100.0, rate / (1 << 20));
+  if (last) {
+    fputc ('\n', stderr);
+    progress_on = false;
+  }
+  else
+    progress_on = true;
+}
+
+/* Called by backup_error before it prints. */
+void copy_end_progress_line (void);
+void
+copy_end_progress_line (void)
+{
+  if (progress_on) {
+    fputc ('\n', stderr);
+    progress_on = false;
+  }
+}
+
+/* --- the engine --- */
+
+struct cursor {
+  size_t range;                 /* next range */
+  uint64_t offset;              /* next offset in it */
+};
+
+/* The next piece to copy, or false when none is left. */
+static bool
+next_piece (const struct copy_job *job, struct cursor *c, uint64_t piece,
+            uint64_t *off, uint64_t *len)
+{
+  while (c->range < job->nranges) {
+    const struct copy_range *r = &job->ranges[c->range];
+    uint64_t end = r->offset + r->length;
+
+    if (end > job->size)
+      end = job->size;
+    if (c->offset < r->offset)
+      c->offset = r->offset;
+    if (c->offset >= end) {
+      c->range++;
+      continue;
+    }
+    *off = c->offset;
+    /* Pieces stay aligned to the piece size, so that blocks never
+     * straddle two of them.
+     */
+    *len = piece - c->offset % piece;
+    if (*len > end - c->offset)
+      *len = end - c->offset;
+    c->offset += *len;
+    return true;
+  }
+  return false;
+}
+
+/* The pieces are at most this many blocks (PIECE_SIZE / 64K). */
+#define MAX_PIECE_BLOCKS (PIECE_SIZE / 65536)
+
+/* Checksum each block of the piece just read and note which are zero. */
+static size_t
+scan_blocks (struct copy_job *job, const struct slot *s,
+             const unsigned char *zero_sum, bool zero[MAX_PIECE_BLOCKS])
+{
+  size_t n = 0;
+
+  for (uint64_t o = s->offset; o < s->offset + s->length; o += job->block) {
+    uint64_t len = job->block;
+    const char *p = s->buf + (o - s->offset);
+    unsigned char *d = job->sums + (o / job->block) * SHA256_LEN;
+
+    if (o + len > s->offset + s->length)
+      len = s->offset + s->length - o;
+    zero[n] = is_zero (p, len);
+    if (zero[n] && len == job->block)
+      memcpy (d, zero_sum, SHA256_LEN);
+    else
+      sha256_buf (p, len, d);
+    n++;
+  }
+  return n;
+}
+
+/* Write the piece: runs of data blocks as data, runs of zero blocks as
+ * zeroes in an overlay (skipping them would show the older image) or
+ * not at all in a new image (it reads as zero already).  Returns -1 if
+ * a write could not be issued (the others still complete).
+ */
+static int
+write_piece (struct copy_job *job, struct slot *s, const bool *zero,
+             size_t nblocks)
+{
+  int r = 0;
+
+  s->writes = 1;                /* held until every write is issued */
+  for (size_t i = 0; i < nblocks && r == 0; ) {
+    size_t j = i + 1;
+    uint64_t off, len;
+    int64_t c;
+
+    while (j < nblocks && zero[j] == zero[i])
+      j++;
+    off = s->offset + i * job->block;
+    len = j * job->block < s->length ? j * job->block : s->length;
+    len -= i * job->block;
+    i = j;
+    if (zero[j - 1] && !job->write_zeroes)
+      continue;
+    s->writes++;
+    if (zero[j - 1])
+      c = nbd_aio_zero (job->dst, len, off,
+                        (nbd_completion_callback) { .callback = write_done,
+                                                    .user_data = s }, 0);
+    else
+      c = nbd_aio_pwrite (job->dst, s->buf + (off - s->offset), len, off,
+                          (nbd_completion_callback) { .callback = write_done,
+                                                      .user_data = s }, 0);
+    if (c == -1) {
+      s->writes--;
+      r = -1;
+    }
+    else if (zero[j - 1])
+      job->bytes_zeroed += len;
+    else
+      job->bytes_written += len;
+  }
+  if (--s->writes == 0)
+    s->state = SLOT_WRITE_DONE;
+  return r;
+}
+
+int
+copy_run (struct copy_job *job, char *err, size_t err_len)
+{
+  /* Static, not on the stack: should libnbd ever complete a command
+   * while a handle is closed after a failure, its callback still finds
+   * its slot.  copy_run is not reentrant.
+   */
+  static struct slot slots[COPY_SLOTS];
+  struct pollfd fds[17];
+  struct nbd_handle *hs[17];
+  bool dead[17] = { false };
+  struct cursor cur = { 0, 0 };
+  uint64_t piece = job->block > PIECE_SIZE ? job->block : PIECE_SIZE;
+  uint64_t total = 0, done = 0;
+  unsigned char zero_sum[SHA256_LEN];
+  bool show = isatty (2), stopping = false, failed = false;
+  double start = now_seconds (), last_shown = 0;
+  size_t nh = 0;
+  int in_flight = 0;
+
+  err[0] = '\0';
+  if (job->nsrc == 0 || job->nsrc > 16) {
+    snprintf (err, err_len, "internal error: %zu source connections", job->nsrc);
+    return -1;
+  }
+  for (size_t i = 0; i < job->nranges; ++i)
+    total += job->ranges[i].length;
+  sha256_zero (job->block, zero_sum);
+  memset (slots, 0, sizeof slots);
+  for (int i = 0; i < COPY_SLOTS; ++i) {
+    slots[i].buf = malloc (piece);
+    if (slots[i].buf == NULL) {
+      snprintf (err, err_len, "out of memory (%d buffers of %" PRIu64 " bytes)",
+                COPY_SLOTS, piece);
+      for (int j = 0; j < i; ++j)
+        free (slots[j].buf);
+      return -1;
+    }
+    slots[i].src = i % job->nsrc;
+  }
+  for (size_t i = 0; i < job->nsrc; ++i)
+    hs[nh++] = job->src[i];
+  if (job->dst)
+    hs[nh++] = job->dst;
+
+#define FAIL(...) do {                                          \
+    if (!failed)                                                \
+      snprintf (err, err_len, __VA_ARGS__);                     \
+    failed = stopping = true;                                   \
+  } while (0)
+
+  for (;;) {
+    /* Start reads on idle slots. */
+    for (int i = 0; i < COPY_SLOTS && !stopping; ++i) {
+      struct slot *s = &slots[i];
+      if (s->state != SLOT_IDLE)
+        continue;
+      if (!next_piece (job, &cur, piece, &s->offset, &s->length))
+        break;
+      s->error = 0;
+      s->state = SLOT_READING;
+      if (nbd_aio_pread (job->src[s->src], s->buf, s->length, s->offset,
+                         (nbd_completion_callback) { .callback = read_done,
+                                                     .user_data = s },
+                         0) == -1) {
+        s->state = SLOT_IDLE;
+        FAIL ("reading offset %" PRIu64 ": %s", s->offset,
+              nbd_get_error ());
+        break;
+      }
+      in_flight++;
+    }
+
+    /* Finished reads: checksum, then write (or skip). */
+    for (int i = 0; i < COPY_SLOTS; ++i) {
+      struct slot *s = &slots[i];
+      bool zero[MAX_PIECE_BLOCKS];
+      size_t nblocks;
+
+      if (s->state == SLOT_READ_DONE) {
+        if (s->error) {
+          FAIL ("reading offset %" PRIu64 " (%" PRIu64 " bytes): %s",
+                s->offset, s->length, strerror (s->error));
+          s->state = SLOT_IDLE;
+          in_flight--;
+          continue;
+        }
+        job->bytes_read += s->length;
+        nblocks = scan_blocks (job, s, zero_sum, zero);
+        if (job->dst == NULL || failed) {
+          s->state = SLOT_IDLE;
+          in_flight--;
+          done += s->length;
+          continue;
+        }
+        s->state = SLOT_WRITING;
+        if (write_piece (job, s, zero, nblocks) == -1)
+          FAIL ("writing the image at offset %" PRIu64 ": %s", s->offset,
+                nbd_get_error ());
+      }
+      if (s->state == SLOT_WRITE_DONE) {
+        if (s->error)
+          FAIL ("writing the image at offset %" PRIu64 ": %s", s->offset,
+                strerror (s->error));
+        s->state = SLOT_IDLE;
+        in_flight--;
+        done += s->length;
+      }
+    }
+
+    if (show && (now_seconds () - last_shown >= 0.5)) {
+      progress (job->what, done, total, start, false);
+      last_shown = now_seconds ();
+    }
+    if (!stopping && backup_interrupted)
+      FAIL ("interrupted");
+    if (!stopping && job->stop_after && done >= job->stop_after)
+      stopping = true;
+
+    if (in_flight == 0) {
+      bool more = false;
+      if (!stopping)
+        for (int i = 0; i < COPY_SLOTS; ++i)
+          if (slots[i].state == SLOT_IDLE) {
+            struct cursor probe = cur;
+            uint64_t o, l;
+            more = next_piece (job, &probe, piece, &o, &l);
+            break;
+          }
+      if (!more)
+        break;
+      continue;
+    }
+
+    /* A completion may have come in while requests were issued. */
+    {
+      bool ready = false;
+      for (int i = 0; i < COPY_SLOTS && !ready; ++i)
+        ready = slots[i].state == SLOT_READ_DONE ||
+          slots[i].state == SLOT_WRITE_DONE;
+      if (ready)
+        continue;
+    }
+
+    /* Wait for the connections. */
+    for (size_t i = 0; i < nh; ++i) {
+      unsigned dir = dead[i] ? 0 : nbd_aio_get_direction (hs[i]);
+      fds[i].fd = dead[i] ? -1 : nbd_aio_get_fd (hs[i]);
+      fds[i].events = 0;
+      fds[i].revents = 0;
+      if (dir & LIBNBD_AIO_DIRECTION_READ)
+        fds[i].events |= POLLIN;
+      if (dir & LIBNBD_AIO_DIRECTION_WRITE)
+        fds[i].events |= POLLOUT;
+    }
+    if (poll (fds, nh, 500) == -1) {
+      if (errno == EINTR)
+        continue;
+      FAIL ("poll: %s", strerror (errno));
+      break;
+    }
+    for (size_t i = 0; i < nh; ++i) {
+      int r = 0;
+      if (dead[i])
+        continue;
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+        r = nbd_aio_notify_read (hs[i]);
+      else if (fds[i].revents & POLLOUT)
+        r = nbd_aio_notify_write (hs[i]);
+      if (r == -1 || nbd_aio_is_dead (hs[i])) {
+        /* A dead connection completes nothing more: give up on its
+         * requests, there is no reply left to wait for.
+         */
+        FAIL ("%s: %s", hs[i] == job->dst ? "the image's qemu-nbd"
+              : "the NBD server", nbd_get_error () ? nbd_get_error ()
+              : "connection lost");
+        for (int j = 0; j < COPY_SLOTS; ++j) {
+          struct slot *s = &slots[j];
+          bool on_it = (s->state == SLOT_READING && job->src[s->src] == hs[i])
+            || (s->state == SLOT_WRITING && hs[i] == job->dst);
+          if (on_it) {
+            s->state = SLOT_IDLE;
+            in_flight--;
+          }
+        }
+        dead[i] = true;
+      }
+    }
+  }
+#undef FAIL
+  if (show)
+    progress (job->what, done, total, start, true);
+
+  if (!failed && job->stop_after && done >= job->stop_after) {
+    /* Test hook: nothing is in flight now; wait here to be killed. */
+    fprintf (stderr, "snapfg-backup: stopped after %" PRIu64
+             " bytes (SNAPFG_BACKUP_TEST_STOP_AFTER)\n", done);
+    raise (SIGSTOP);
+    snprintf (err, err_len, "stopped by SNAPFG_BACKUP_TEST_STOP_AFTER");
+    failed = true;
+  }
+  for (int i = 0; i < COPY_SLOTS; ++i)
+    free (slots[i].buf);
+  return failed ? -1 : 0;
+}

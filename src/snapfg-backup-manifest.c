@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfg-backup: the backup directory's files.
+ *
+ * DIR/manifest.json records every finished run (see snapfg-backup(1),
+ * FILES).  It is only ever replaced whole: written to manifest.json.tmp,
+ * fsync'd, renamed over the old one and the directory fsync'd, so a
+ * crash leaves either the old or the new manifest, never a torn one.
+ *
+ * DIR/NNNN.sums holds the SHA-256 of every block of the disk as it was
+ * at run NNNN's instant: a full run computes them all, an incremental
+ * copies its predecessor's and replaces the blocks it copied.  Restore
+ * checks what it wrote against them.  Layout (little endian):
+ *
+ *   "SFBSUMS1"  block size (u64)  disk size (u64)  block count (u64)
+ *   then SHA256_LEN bytes per block, in disk order.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <unistd.h>
+#include <endian.h>
+#include <sys/stat.h>
+
+#include <gnutls/gnutls.h>
+#include <gnutls/crypto.h>
+
+#include "rounding.h"
+#include "snapfg-backup.h"
+
+#define MANIFEST "manifest.json"
+#define MANIFEST_TMP "manifest.json.tmp"
+#define SUMS_MAGIC "SFBSUMS1"
+
+int
+fsync_dir (int dirfd)
+{
+  return fsync (dirfd);
+}
+
+static int
+write_all (int fd, const void *buf, size_t len)
+{
+  const char *p = buf;
+
+  while (len > 0) {
+    ssize_t n = write (fd, p, len);
+    if (n == -1) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    p += n;
+    len -= n;
+  }
+  return 0;
+}
+
+static int
+read_all (int fd, void *buf, size_t len)
+{
+  char *p = buf;
+
+  while (len > 0) {
+    ssize_t n = read (fd, p, len);
+    if (n == -1 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    p += n;
+    len -= n;
+  }
+  return 0;
+}
+
+/* Write NAME.tmp, fsync it, rename it to NAME, fsync the directory. */
+static int
+write_atomically (int dirfd, const char *dir, const char *name,
+                  const void *head, size_t head_len,
+                  const void *body, size_t body_len,
+                  char *err, size_t err_len)
+{
+  char tmp[256];
+  int fd;
+
+  snprintf (tmp, sizeof tmp, "%s.tmp", name);
+  fd = openat (dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd == -1) {
+    snprintf (err, err_len, "%s/%s: %s", dir, tmp, strerror (errno));
+    return -1;
+  }
+  if (write_all (fd, head, head_len) == -1 ||
+      write_all (fd, body, body_len) == -1 || fsync (fd) == -1) {
+    snprintf (err, err_len, "writing %s/%s: %s", dir, tmp, strerror (errno));
+    close (fd);
+    unlinkat (dirfd, tmp, 0);
+    return -1;
+  }
+  if (close (fd) == -1 || renameat (dirfd, tmp, dirfd, name) == -1) {
+    snprintf (err, err_len, "%s/%s: %s", dir, name, strerror (errno));
+    unlinkat (dirfd, tmp, 0);
+    return -1;
+  }
+  if (fsync_dir (dirfd) == -1) {
+    snprintf (err, err_len, "fsync %s: %s", dir, strerror (errno));
+    return -1;
+  }
+  return 0;
+}
+
+json_t *
+manifest_read (int dirfd, const char *dir, bool *missing,
+               char *err, size_t err_len)
+{
+  json_error_t jerr;
+  json_t *m;
+  FILE *fp;
+  int fd;
+
+  *missing = false;
+  fd = openat (dirfd, MANIFEST, O_RDONLY | O_CLOEXEC);
+  if (fd == -1) {
+    if (errno == ENOENT) {
+      *missing = true;
+      return NULL;
+    }
+    snprintf (err, err_len, "%s/%s: %s", dir, MANIFEST, strerror (errno));
+    return NULL;
+  }
+  fp = fdopen (fd, "r");
+  if (fp == NULL) {
+    close (fd);
+    snprintf (err, err_len, "%s/%s: %s", dir, MANIFEST, strerror (errno));
+    return NULL;
+  }
+  m = json_loadf (fp, 0, &jerr);
+  fclose (fp);
+  if (m == NULL) {
+    snprintf (err, err_len, "%s/%s: not valid JSON (line %d: %s)", dir,
+              MANIFEST, jerr.line, jerr.text);
+    return NULL;
+  }
+  if (!json_is_object (m) ||
+      !json_is_string (json_object_get (m, "format")) ||
+      strcmp (json_string_value (json_object_get (m, "format")),
+              "snapfg-backup-manifest") != 0 ||
+      json_integer_value (json_object_get (m, "version")) != 1 ||
+      !json_is_array (json_object_get (m, "runs")) ||
+      !json_is_string (json_object_get (m, "chain_id"))) {
+    snprintf (err, err_len, "%s/%s: not a snapfg-backup manifest (version 1)",
+              dir, MANIFEST);
+    json_decref (m);
+    return NULL;
+  }
+  return m;
+}
+
+int
+manifest_write (int dirfd, const char *dir, json_t *manifest,
+                char *err, size_t err_len)
+{
+  char *text = json_dumps (manifest, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
+  int r;
+
+  if (text == NULL) {
+    snprintf (err, err_len, "out of memory writing the manifest");
+    return -1;
+  }
+  r = write_atomically (dirfd, dir, MANIFEST, text, strlen (text), "\n", 1,
+                        err, err_len);
+  free (text);
+  return r;
+}
+
+static uint64_t
+block_count (uint64_t block, uint64_t size)
+{
+  return div_round_up (size, block);
+}
+
+int
+sums_write (int dirfd, const char *name, uint64_t block, uint64_t size,
+            const unsigned char *sums, char *err, size_t err_len)
+{
+  unsigned char head[32];
+  uint64_t v;
+
+  memcpy (head, SUMS_MAGIC, 8);
+  v = htole64 (block); memcpy (head + 8, &v, 8);
+  v = htole64 (size); memcpy (head + 16, &v, 8);
+  v = htole64 (block_count (block, size)); memcpy (head + 24, &v, 8);
+  return write_atomically (dirfd, ".", name, head, sizeof head, sums,
+                           block_count (block, size) * SHA256_LEN,
+                           err, err_len);
+}
+
+unsigned char *
+sums_read (int dirfd, const char *name, uint64_t block, uint64_t size,
+           char *err, size_t err_len)
+{
+  unsigned char head[32];
+  uint64_t n = block_count (block, size), v[3];
+  unsigned char *sums;
+  struct stat st;
+  int fd;
+
+  fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  if (fd == -1) {
+    snprintf (err, err_len, "%s: %s", name, strerror (errno));
+    return NULL;
+  }
+  if (fstat (fd, &st) == -1 || read_all (fd, head, sizeof head) == -1 ||
+      memcmp (head, SUMS_MAGIC, 8) != 0) {
+    snprintf (err, err_len, "%s: not a snapfg-backup sums file", name);
+    close (fd);
+    return NULL;
+  }
+  memcpy (v, head + 8, sizeof v);
+  if (le64toh (v[0]) != block || le64toh (v[1]) != size ||
+      le64toh (v[2]) != n || (uint64_t) st.st_size != 32 + n * SHA256_LEN) {
+    snprintf (err, err_len, "%s: made for another disk size or block "
+              "(block %" PRIu64 ", size %" PRIu64 "; expected %" PRIu64
+              " and %" PRIu64 ")", name, le64toh (v[0]), le64toh (v[1]),
+              block, size);
+    close (fd);
+    return NULL;
+  }
+  sums = malloc (n * SHA256_LEN + 1);
+  if (sums == NULL || read_all (fd, sums, n * SHA256_LEN) == -1) {
+    snprintf (err, err_len, "%s: %s", name,
+              sums ? "short read" : "out of memory");
+    free (sums);
+    close (fd);
+    return NULL;
+  }
+  close (fd);
+  return sums;
+}
+
+void
+sums_digest (const unsigned char *sums, uint64_t block,
+             const struct copy_range *ranges, size_t nranges, uint64_t size,
+             unsigned char out[SHA256_LEN])
+{
+  gnutls_hash_hd_t h;
+
+  if (gnutls_hash_init (&h, GNUTLS_DIG_SHA256) < 0)
+    abort ();
+  if (ranges == NULL)
+    gnutls_hash (h, sums, block_count (block, size) * SHA256_LEN);
+  else
+    for (size_t i = 0; i < nranges; ++i) {
+      uint64_t first = ranges[i].offset / block;
+      uint64_t end = ranges[i].offset + ranges[i].length;
+      if (end > size)
+        end = size;
+      if (end > ranges[i].offset)
+        gnutls_hash (h, sums + first * SHA256_LEN,
+                     (block_count (block, end) - first) * SHA256_LEN);
+    }
+  gnutls_hash_deinit (h, out);
+}

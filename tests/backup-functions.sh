@@ -1,0 +1,189 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
+# Helpers for the snapfg-backup tests (test-backup*.sh), on top of
+# control-functions.sh:
+#
+#   source "$(dirname "$0")/backup-functions.sh"
+#
+# Provides $SNAPFG_BACKUP (the built tool) and:
+#
+#   require_backup_tools      nbdkit, plugin, snapfgctl, snapfg-backup,
+#                             qemu-img, qemu-nbd, nbdcopy, a Python with nbd
+#   require_checkpoints SOCK  skip unless the server knows checkpoints
+#   bk ARGS...                run snapfg-backup ARGS (timeout 600 s);
+#                             stdout+stderr in $tmpdir/bk.log; returns its
+#                             exit status
+#   writer_start URI SIZE     start tests/backup-writer.py on URI
+#   writer_pause, writer_resume, writer_stop
+#   writer_granules PHASE     distinct 64K granules written in PHASE
+#   save_origin URI FILE      copy the origin (writer paused) to FILE
+#   backup_during_writes EXPECT SOCK URI DIR [ARGS...]
+#                             pause the writer, save the origin to EXPECT,
+#                             start a backup, resume the writer as soon as
+#                             the run's snapshot exists, wait for the run;
+#                             returns its exit status
+#   manifest_field DIR SEQ KEY  a field of run SEQ in DIR/manifest.json
+#   restore_equals DIR N FILE WHAT  restore run N (raw) and cmp with FILE
+#   our_snapshots SOCK, our_checkpoints SOCK   names starting snapfg-backup-
+
+# shellcheck shell=bash
+
+_bfn_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=control-functions.sh
+source "$_bfn_dir/control-functions.sh"
+
+if [ -z "${SNAPFG_BACKUP:-}" ]; then
+    SNAPFG_BACKUP=$(_find_first \
+        "$PWD/src/snapfg-backup" \
+        "$PWD/../src/snapfg-backup" \
+        "$_bfn_dir/../src/snapfg-backup") || true
+fi
+BACKUP_WRITER="$_bfn_dir/backup-writer.py"
+
+require_backup_tools() {
+    require_control_tools
+    requires qemu-img qemu-nbd
+    [ -n "$SNAPFG_BACKUP" ] && [ -x "$SNAPFG_BACKUP" ] ||
+        fail "snapfg-backup not found (SNAPFG_BACKUP='${SNAPFG_BACKUP:-}'): run 'make src/snapfg-backup' first"
+}
+
+require_checkpoints() {
+    if ! "$SNAPFGCTL" -S "$1" --json checkpoint list >/dev/null 2>&1; then
+        skip "the server has no checkpoints (checkpoint list refused)"
+    fi
+}
+
+bk() {
+    local st=0
+    timeout 600 "$SNAPFG_BACKUP" "$@" >"$tmpdir/bk.log" 2>&1 || st=$?
+    [ "$st" -ne 124 ] || echo "snapfg-backup $* timed out (600 s)" >>"$tmpdir/bk.log"
+    return "$st"
+}
+
+_writer_pid=
+_writer_dir=
+writer_start() {
+    _writer_dir="$tmpdir/writer"
+    mkdir -p "$_writer_dir"
+    rm -f "$_writer_dir/pause" "$_writer_dir/paused" "$_writer_dir/stop"
+    "$PY" "$BACKUP_WRITER" "$1" "$_writer_dir" "$2" "${WRITER_SEED:-$$}" \
+        2>"$_writer_dir/stderr" &
+    _writer_pid=$!
+    on_exit 'writer_stop_quietly'
+}
+
+writer_pause() {
+    touch "$_writer_dir/pause"
+    for _ in $(seq 600); do
+        [ -e "$_writer_dir/paused" ] && return 0
+        kill -0 "$_writer_pid" 2>/dev/null ||
+            { cat "$_writer_dir/stderr" >&2; fail "the writer died"; }
+        sleep 0.1
+    done
+    fail "the writer did not pause within 60 s"
+}
+
+writer_resume() { rm -f "$_writer_dir/pause"; }
+
+writer_stop() {
+    [ -n "$_writer_pid" ] || return 0
+    touch "$_writer_dir/stop"
+    rm -f "$_writer_dir/pause"
+    local st=0
+    wait "$_writer_pid" || st=$?
+    _writer_pid=
+    if [ "$st" -ne 0 ]; then
+        cat "$_writer_dir/stderr" >&2
+        fail "the writer exited with status $st"
+    fi
+}
+
+writer_stop_quietly() {
+    [ -n "$_writer_pid" ] || return 0
+    touch "$_writer_dir/stop"
+    rm -f "$_writer_dir/pause"
+    wait "$_writer_pid" 2>/dev/null
+    _writer_pid=
+}
+
+# The writer's phase while paused (the number of resumes so far).
+writer_phase() { cat "$_writer_dir/paused"; }
+
+writer_granules() {
+    awk -v p="$1" '$1 == p {
+        for (g = int($2 / 65536); g * 65536 < $2 + $3; g++) seen[g] = 1
+    } END { n = 0; for (g in seen) n++; print n }' "$_writer_dir/writes.log"
+}
+
+save_origin() {
+    nbdcopy "$1" "$2" || fail "nbdcopy $1 $2 failed"
+}
+
+our_snapshots() {
+    "$SNAPFGCTL" -S "$1" --json list |
+        "$PY" -c 'import json, sys
+try:
+    snaps = json.load(sys.stdin)["snapshots"]
+except Exception as e:
+    print("(snapfgctl list failed: %s)" % e)
+    sys.exit(0)
+for s in snaps:
+    if s["name"].startswith("snapfg-backup-"):
+        print(s["name"])'
+}
+
+our_checkpoints() {
+    "$SNAPFGCTL" -S "$1" --json checkpoint list |
+        "$PY" -c 'import json, sys
+try:
+    cks = json.load(sys.stdin)["checkpoints"]
+except Exception as e:
+    print("(snapfgctl checkpoint list failed: %s)" % e)
+    sys.exit(0)
+for c in cks:
+    if c["name"].startswith("snapfg-backup-"):
+        print(c["name"])'
+}
+
+backup_during_writes() {
+    local expect=$1 sock=$2 uri=$3 dir=$4 pid st=0
+    shift 4
+    writer_pause
+    save_origin "$uri" "$expect"
+    timeout 600 "$SNAPFG_BACKUP" -S "$sock" -u "$uri" backup "$dir" "$@" \
+        >"$tmpdir/bk.log" 2>&1 &
+    pid=$!
+    # The snapshot's instant is the moment it is listed; the writer
+    # resumes then, and writes on during the copy.
+    for _ in $(seq 600); do
+        [ -n "$(our_snapshots "$sock")" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    writer_resume
+    wait "$pid" || st=$?
+    return "$st"
+}
+
+manifest_field() {
+    "$PY" -c 'import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+r = [r for r in m["runs"] if r["seq"] == int(sys.argv[2])]
+print(r[0][sys.argv[3]] if r else "")' "$1" "$2" "$3"
+}
+
+restore_equals() {
+    local dir=$1 n=$2 file=$3 what=$4 out="$tmpdir/restored-$RANDOM.img"
+    if ! bk restore "$dir" "$out" --at "$n"; then
+        cat "$tmpdir/bk.log" >&2
+        check_fail "$what: restore --at $n failed"
+        return 0
+    fi
+    if cmp "$out" "$file" >/dev/null; then
+        info "ok: $what"
+    else
+        cmp "$out" "$file" | head -3 >&2
+        check_fail "$what: restored run $n differs from the origin at its instant"
+    fi
+    rm -f "$out"
+}
