@@ -273,7 +273,7 @@ esac
 
 say "running make check (TSAN_OPTIONS='${TSAN_OPTIONS:-}' ASAN_OPTIONS='${ASAN_OPTIONS:-}' UBSAN_OPTIONS='${UBSAN_OPTIONS:-}')"
 st=0
-(cd "$tree" && "${runner[@]}" "$MAKE" check VERBOSE=1) || st=$?
+(cd "$tree" && "${runner[@]}" "$MAKE" -j"${SNAPFG_CHECK_JOBS:-1}" check VERBOSE=1) || st=$?
 
 found=0
 for f in "$reports"/*; do
