@@ -19,6 +19,7 @@
 #include "engine-internal.h"
 #include "power-of-two.h"
 #include "scoped-lock.h"
+#include "vector.h"
 #include "catalogue.h"
 #include "checkpoint.h"
 #include "file-lock.h"
@@ -398,7 +399,7 @@ insert_snapshot_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
                         struct checkpoint *cp, const char *store_type,
                         char *why, size_t len)
 {
-  struct snapfg_snapshot **list;
+  void *list = e->snapshots;
   int r;
 
   why[0] = '\0';
@@ -418,12 +419,13 @@ insert_snapshot_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
     return -EMLINK;
   }
   /* Grow the list before anything refers to s: on failure s is freed. */
-  list = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? NULL
-    : realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
-  if (list == NULL) {
+  r = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? -ENOMEM
+    : vector_reserve_ (&list, &e->snapshots_cap, e->nsnapshots, 1,
+                       sizeof *e->snapshots);
+  if (r < 0) {
     snprintf (why, len, "snapshot \"%s\": out of memory adding it to the "
               "list of snapshots", o->name);
-    return -ENOMEM;
+    return r;
   }
   e->snapshots = list;
   /* In the catalogue before anyone can see it, and at its instant: a
@@ -455,8 +457,7 @@ insert_snapshot_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
     e->merging = s;
   }
   live_insert (s);
-  list[e->nsnapshots] = s;
-  e->nsnapshots++;
+  e->snapshots[e->nsnapshots++] = s;
   e->min_chunk_size = compute_min_chunk_size (e);
   return 0;
 }
