@@ -45,6 +45,8 @@
 #include <libnbd.h>
 
 #include "device.h"
+#include "rounding.h"
+#include "vector.h"
 
 #define DEFAULT_CONNECTIONS 4
 #define MAX_CONNECTIONS 64
@@ -269,7 +271,7 @@ nbd_dev_open (struct snapfg_device *dev, const char *uri, bool readonly)
   p->max_io = MAX_IO;
   if (max_block > 0 && max_block < MAX_IO) {
     /* Keep pieces a multiple of 512 (the engine's alignment). */
-    p->max_io = max_block & ~(int64_t) 511;
+    p->max_io = round_down (max_block, 512);
     if (p->max_io == 0) {
       r = -EINVAL;
       device_set_error (r, "the NBD server's maximum block size is %" PRIi64
@@ -491,11 +493,13 @@ nbd_dev_zero (const struct snapfg_device *dev, uint64_t count,
  * it is returned: the caller's function may do I/O on this device (and
  * with one connection would otherwise wait for itself).
  */
+struct extent { uint64_t length; uint32_t type; };
+DEFINE_VECTOR_TYPE (extent_vector, struct extent);
+
 struct extent_list {
   uint64_t offset;                /* where the next extent starts */
   uint64_t end;                   /* end of the request */
-  struct { uint64_t length; uint32_t type; } *v;
-  size_t n, alloc;
+  extent_vector v;
   bool seen;                      /* the base:allocation reply came */
 };
 
@@ -515,21 +519,15 @@ gather_extents (void *opaque, const char *context, uint64_t offset,
       break;
     if (length > l->end - l->offset)
       length = l->end - l->offset;
-    if (l->n == l->alloc) {
-      size_t alloc = l->alloc ? l->alloc * 2 : 64;
-      void *v = realloc (l->v, alloc * sizeof *l->v);
-
-      if (v == NULL) {
-        *error = ENOMEM;
-        return -1;
-      }
-      l->v = v;
-      l->alloc = alloc;
+    struct extent e = {
+      .length = length,
+      .type = entries[i + 1] & (SNAPFG_EXTENT_HOLE | SNAPFG_EXTENT_ZERO),
+    };
+    int r = extent_vector_append (&l->v, e);
+    if (r < 0) {
+      *error = -r;
+      return -1;
     }
-    l->v[l->n].length = length;
-    l->v[l->n].type = entries[i + 1] &
-      (SNAPFG_EXTENT_HOLE | SNAPFG_EXTENT_ZERO);
-    l->n++;
     l->offset += length;
   }
   return 0;
@@ -540,7 +538,7 @@ nbd_dev_extents (const struct snapfg_device *dev, uint64_t count,
                  uint64_t offset, snapfg_extent_fn fn, void *opaque)
 {
   struct nbd_pool *p = pool_of (dev);
-  struct extent_list l = { .v = NULL };
+  struct extent_list l = { .offset = 0 };
   uint64_t end = offset + count;
   int r = 0;
 
@@ -563,7 +561,7 @@ nbd_dev_extents (const struct snapfg_device *dev, uint64_t count,
 
     l.offset = offset;
     l.end = piece_end;
-    l.n = 0;
+    extent_vector_clear (&l.v);
     l.seen = false;
     h = pool_get (p);
     if (h == NULL) {
@@ -579,17 +577,17 @@ nbd_dev_extents (const struct snapfg_device *dev, uint64_t count,
     if (r < 0)
       break;
 
-    for (size_t i = 0; i < l.n && r == 0; ++i) {
-      r = fn (opaque, offset, l.v[i].length, l.v[i].type);
-      offset += l.v[i].length;
+    for (size_t i = 0; i < l.v.len && r == 0; ++i) {
+      r = fn (opaque, offset, l.v.ptr[i].length, l.v.ptr[i].type);
+      offset += l.v.ptr[i].length;
     }
-    if (r == 0 && l.n == 0) {
+    if (r == 0 && l.v.len == 0) {
       /* The server said nothing useful: call the piece data. */
       r = fn (opaque, offset, piece_end - offset, 0);
       offset = piece_end;
     }
   }
-  free (l.v);
+  extent_vector_reset (&l.v);
   return r;
 }
 

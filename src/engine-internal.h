@@ -82,6 +82,7 @@ struct snapfg_engine {
   uint32_t block_size;
   struct snapfg_snapshot **snapshots;
   size_t nsnapshots;
+  size_t snapshots_cap;        /* entries allocated (vector.h) */
   unsigned max_snapshots;       /* max-snapshots= */
   uint32_t min_chunk_size;     /* origin requests split at this size */
   struct snapfg_snapshot *merging;  /* being merged: origin I/O is routed */

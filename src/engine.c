@@ -18,6 +18,8 @@
 
 #include "engine-internal.h"
 #include "power-of-two.h"
+#include "scoped-lock.h"
+#include "vector.h"
 #include "catalogue.h"
 #include "checkpoint.h"
 #include "file-lock.h"
@@ -368,16 +370,101 @@ load_exception (void *opaque, uint64_t old_chunk, uint64_t new_chunk)
 }
 
 static void
+too_many_snapshots_why (struct snapfg_engine *e, const char *name,
+                        char *buf, size_t len)
+{
+  snprintf (buf, len, "snapshot \"%s\": the origin already has %u "
+            "snapshots, the maximum (max-snapshots=%u); drop one first, or "
+            "restart the server with a larger max-snapshots=", name,
+            e->max_snapshots, e->max_snapshots);
+}
+
+static void
 too_many_snapshots (struct snapfg_engine *e, const char *name)
 {
-  snapfg_error ("snapshot \"%s\": the origin already has %u snapshots, the "
-                "maximum (max-snapshots=%u); drop one first, or restart the "
-                "server with a larger max-snapshots=", name,
-                e->max_snapshots, e->max_snapshots);
+  char why[512];
+
+  too_many_snapshots_why (e, name, why, sizeof why);
+  snapfg_error ("%s", why);
 }
 
 static int snapshot_create (struct snapfg_engine *e,
                             const struct snapfg_snapshot_options *o);
+
+/* Put s into the engine's list: from now on it is served and origin
+ * writes copy out into it (its instant).  Called with the geometry write
+ * lock held, which it never drops.  A refusal is described in why for
+ * the caller to log once the lock is released (every request waits while
+ * the write side is held); lifecycle_record logs its own errors.
+ */
+static int
+insert_snapshot_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
+                        const struct snapfg_snapshot_options *o,
+                        struct checkpoint *cp, const char *store_type,
+                        char *why, size_t len)
+{
+  void *list = e->snapshots;
+  int r;
+
+  why[0] = '\0';
+  if (find_snapshot_locked (e, o->name) != NULL) {
+    snprintf (why, len, "snapshot \"%s\" already exists", o->name);
+    return -EEXIST;
+  }
+  if (e->merging || (s->store->opened_merging &&
+                     (e->nsnapshots > 0 || cp))) {
+    snprintf (why, len, "snapshot \"%s\": snapshot %s is being merged into "
+              "the origin; no other snapshot may exist until it is done",
+              o->name, e->merging ? e->merging->name : o->name);
+    return -EBUSY;
+  }
+  if (e->nsnapshots >= e->max_snapshots) {
+    too_many_snapshots_why (e, o->name, why, len);
+    return -EMLINK;
+  }
+  /* Grow the list before anything refers to s: on failure s is freed. */
+  r = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? -ENOMEM
+    : vector_reserve_ (&list, &e->snapshots_cap, e->nsnapshots, 1,
+                       sizeof *e->snapshots);
+  if (r < 0) {
+    snprintf (why, len, "snapshot \"%s\": out of memory adding it to the "
+              "list of snapshots", o->name);
+    return r;
+  }
+  e->snapshots = list;
+  /* In the catalogue before anyone can see it, and at its instant: a
+   * crash right after leaves a snapshot that a restart brings back.
+   */
+  r = lifecycle_record (e, s, o, store_type);
+  if (r < 0)
+    return r;
+  /* The checkpoint takes over tracking at the same instant.  If it
+   * cannot be recorded, the snapshot is not taken either.
+   */
+  if (cp) {
+    r = checkpoint_commit_locked (e, cp);
+    if (r < 0) {
+      if (e->catalogue)
+        catalogue_snapshot_remove (e->catalogue, s->name, "dropped",
+                                   "its checkpoint could not be recorded");
+      snprintf (why, len, "snapshot \"%s\": cannot record checkpoint \"%s\" "
+                "in the catalogue; the snapshot is not taken", o->name,
+                o->checkpoint);
+      return r;
+    }
+  }
+  if (s->store->opened_merging) {
+    /* A merge was under way: the origin view is the snapshot's from now
+     * on, and snapfg_engine_start_background resumes the copying.
+     */
+    atomic_store (&s->state, SNAPSHOT_MERGING);
+    e->merging = s;
+  }
+  live_insert (s);
+  e->snapshots[e->nsnapshots++] = s;
+  e->min_chunk_size = compute_min_chunk_size (e);
+  return 0;
+}
 
 static bool
 catalogue_knows (void *opaque, const char *uuid)
@@ -460,7 +547,8 @@ snapshot_create (struct snapfg_engine *e,
     .bind = &want,
     .must_exist = o->attach == SNAPFG_ATTACH_RESTORE,
   };
-  struct snapfg_snapshot *s, **list;
+  struct snapfg_snapshot *s;
+  char why[1024];
   struct checkpoint *cp = NULL;
   const char *problem;
   percpu_rwlock_token token;
@@ -563,75 +651,15 @@ snapshot_create (struct snapfg_engine *e,
    * read side, so once we hold the write side they have all completed,
    * and every later one sees this snapshot and copies out into it.
    */
-  percpu_rwlock_write_lock (&e->geometry);
-  if (find_snapshot_locked (e, o->name) != NULL) {
-    percpu_rwlock_write_unlock (&e->geometry);
-    snapfg_error ("snapshot \"%s\" already exists", o->name);
-    r = -EEXIST;
-    goto err_discard;
+  {
+    SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
+    r = insert_snapshot_locked (e, s, o, cp, params.type, why, sizeof why);
   }
-  if (e->merging || (s->store->opened_merging &&
-                     (e->nsnapshots > 0 || cp))) {
-    percpu_rwlock_write_unlock (&e->geometry);
-    snapfg_error ("snapshot \"%s\": snapshot %s is being merged into the "
-                  "origin; no other snapshot may exist until it is done",
-                  o->name, e->merging ? e->merging->name : o->name);
-    r = -EBUSY;
-    goto err_discard;
-  }
-  if (e->nsnapshots >= e->max_snapshots) {
-    percpu_rwlock_write_unlock (&e->geometry);
-    too_many_snapshots (e, o->name);
-    r = -EMLINK;
-    goto err_discard;
-  }
-  /* Grow the list before anything refers to s: on failure s is freed. */
-  list = engine_fail_point (e, FAIL_SNAPSHOT_LIST) ? NULL
-    : realloc (e->snapshots, (e->nsnapshots + 1) * sizeof *list);
-  if (list == NULL) {
-    percpu_rwlock_write_unlock (&e->geometry);
-    snapfg_error ("snapshot \"%s\": out of memory adding it to the list "
-                  "of snapshots", o->name);
-    r = -ENOMEM;
-    goto err_discard;
-  }
-  e->snapshots = list;
-  /* In the catalogue before anyone can see it, and at its instant: a
-   * crash right after leaves a snapshot that a restart brings back.
-   */
-  r = lifecycle_record (e, s, o, params.type);
   if (r < 0) {
-    percpu_rwlock_write_unlock (&e->geometry);
+    if (why[0])
+      snapfg_error ("%s", why);
     goto err_discard;
   }
-  /* The checkpoint takes over tracking at the same instant.  If it
-   * cannot be recorded, the snapshot is not taken either.
-   */
-  if (cp) {
-    r = checkpoint_commit_locked (e, cp);
-    if (r < 0) {
-      if (e->catalogue)
-        catalogue_snapshot_remove (e->catalogue, s->name, "dropped",
-                                   "its checkpoint could not be recorded");
-      percpu_rwlock_write_unlock (&e->geometry);
-      snapfg_error ("snapshot \"%s\": cannot record checkpoint \"%s\" in "
-                    "the catalogue; the snapshot is not taken", o->name,
-                    o->checkpoint);
-      goto err_discard;
-    }
-  }
-  if (s->store->opened_merging) {
-    /* A merge was under way: the origin view is the snapshot's from now
-     * on, and snapfg_engine_start_background resumes the copying.
-     */
-    atomic_store (&s->state, SNAPSHOT_MERGING);
-    e->merging = s;
-  }
-  live_insert (s);
-  list[e->nsnapshots] = s;
-  e->nsnapshots++;
-  e->min_chunk_size = compute_min_chunk_size (e);
-  percpu_rwlock_write_unlock (&e->geometry);
   if (cp)
     checkpoint_finish (e, cp);
 
