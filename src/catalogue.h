@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the origin's catalogue (state=FILE, docs/design.md section 7).
  *
  * One JSON object per origin, the way LVM keeps its metadata: every

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the exclusive path — copying an origin chunk into a snapshot's
  * COW store and publishing the exception (the A → B → C → D walk of
  * docs/design.md section 3).

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: Linux dm-snapshot's persistent exception store format.
  *
  * Written from the format's description (docs/design.md section 5), little

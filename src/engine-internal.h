@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: engine internals shared by the engine's own files (engine.c,
  * io-origin.c, io-snapshot.c, copy-out.c, merge.c).  Not for the plugin,
  * the control server or snapfgctl, which use engine.h.

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the engine — an origin and point-in-time snapshots of it, with
  * dm-snapshot semantics (see docs/design.md).
  *

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: whole-file OFD locks on the origin, the COW stores and the
  * catalogue (docs/design.md section 7).
  *

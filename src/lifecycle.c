@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: a snapshot's life beyond one server run (docs/design.md section 7):
  * the catalogue (state=) records every snapshot, drop and merge; a
  * restart brings them back; a COW store is never this server's own

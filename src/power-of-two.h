@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: powers of two.
  *
  * Chunk sizes, block sizes and CBT granules are powers of two; these say

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: rounding to a multiple.
  *
  *   round_up (x, a), round_down (x, a)   a a power of two (chunk and

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: locks held for the rest of the current scope.
  *
  *   SCOPED_MUTEX_LOCK (&m);                  pthread mutex

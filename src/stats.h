@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: per-export statistics.
  *
  * Counters are kept per CPU (one cache-line-aligned slot each, picked by

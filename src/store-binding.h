@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: a persistent store's binding record (docs/design.md section 7).
  *
  * dm's header holds 16 bytes: magic, valid, version, chunk size.  What it

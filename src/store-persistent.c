@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the persistent exception store, in Linux dm-snapshot's on-disk
  * format (dm-format.h, docs/design.md section 5).
  *

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the store types, listed once.
  *
  * X (NAME, OPEN, SURVIVES_RESTART, SUMMARY): NAME is the store= value (a

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: growable arrays.
  *
  *   DEFINE_VECTOR_TYPE (pair_vector, struct store_pair);

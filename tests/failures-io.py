@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # NBD client helper for the failure tests (test-flush-merge.sh,
 # test-enospc-snapshot.sh, test-origin-truncated.sh, ...).  Run it with
 # /usr/bin/python3 (the interpreter that has the nbd module).

@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Build, check and damage COW stores in Linux dm-snapshot's persistent
 # format, written from the layout in docs/design.md section 5 (not from any
 # implementation):

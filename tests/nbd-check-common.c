@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* nbd-check: what every subcommand shares (see nbd-check.h). */
 
 #define _GNU_SOURCE

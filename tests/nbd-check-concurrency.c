@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* nbd-check concurrency: threads with a connection each race on the
  * origin and the snapshot (origin writers, snapshot readers comparing
  * every byte with the snapshot's model, optional snapshot writers),

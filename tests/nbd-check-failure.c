@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* nbd-check failure: fill a small COW store and check what the design
  * promises when it is full (docs/design.md section 6): Invalid (every
  * snapshot request fails with EIO, the origin works on) or Overflow

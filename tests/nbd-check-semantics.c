@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* nbd-check semantics: random writes (aligned, unaligned, straddling
  * chunks, several chunks) to the origin and the snapshot, zero, fast
  * zero and trim, flush and FUA, block sizes and extents, every result

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* nbd-check: the libnbd client driver of the integration tests.
  *
  * One program, one subcommand per kind of check, each in its own file:

@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # NBD client helper for the persistent-store tests (test-persistent-*.sh).
 # Run it with /usr/bin/python3 (the interpreter that has the nbd module).
 # What it shares with the other helpers is in snapfg_test.py.

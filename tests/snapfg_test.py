@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # What the Python test helpers share (control-io.py, persistent-io.py):
 # connecting, error names, the region and chunk-list arguments, random
 # requests, a model of an export's contents, and the "read" command.

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # snapfgctl changed on a snapshot whose changed ranges are not known:
 #
 # 1. An Invalid snapshot (its COW store overflowed during origin writes:

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Unit test of src/cleanup.h: CLEANUP_FREE frees, CLEANUP_CLOSE closes,
  * on every way out of a scope (end of block, return, goto, break), TAKE_PTR
  * and TAKE_FD hand ownership out, and errno survives the cleanups.

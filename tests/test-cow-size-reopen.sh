@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Reopening a persistent store with a cow-size= smaller than what the
 # store already uses is refused at start-up (cow= and snapshot=NAME:COW;
 # a run-time create never reopens a store), with an error naming the COW

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Out of memory while adding a snapshot to the engine's list (the test
 # hook SNAPFG_TEST_FAIL_AT=snapshot-list makes that allocation fail):
 #

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # The file system holding a persistent COW store fills up (a small
 # tmpfs; skipped if this machine cannot mount one).
 #

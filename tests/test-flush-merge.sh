@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # A flush during a merge makes the COW store durable too: origin writes
 # to chunks not merged yet go into the COW file, so a flush that synced
 # only the origin file acknowledged writes a power cut could lose.

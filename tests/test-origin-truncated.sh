@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # The origin file is truncated (shrunk) under the running server.
 #
 # Run once with 4K chunks (copy-outs through a buffer) and once with

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Crash safety of the persistent COW store (docs/design.md section 5: COW data
 # durable -> metadata durable -> origin overwritten).
 #

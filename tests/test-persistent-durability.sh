@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # durability=flush: persistent commits are written in order (COW data,
 # then its metadata area, then the origin) but synced only at client
 # flush/FUA and at a clean close.  While a server writes the store that

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # The persistent store's on-disk format (docs/design.md sections 1, 5, 6),
 # checked against the documented dm-snapshot layout with an independent
 # Python reader/writer (tests/make-cow.py):

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # A full persistent COW store (docs/design.md sections 1, 6) and the dm status
 # line:
 #  - status "<allocated>/<total> <metadata>" in 512-byte sectors as dm

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 # Persistent COW store across clean restarts (docs/design.md sections 1, 2, 5):
 #  - origin writes, clean stop, restart with the same origin=/cow=: the
 #    snapshot still equals the pristine image byte for byte, the origin

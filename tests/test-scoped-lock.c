@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Unit test of src/scoped-lock.h: each scoped lock is held from its
  * macro to the end of the scope and released on every way out (end of
  * block, return, break), two in one scope are both released, and the

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* Unit test of src/vector.h: append and reserve grow the array and keep
  * its contents, remove keeps the order, and a reserve that cannot fit
  * in memory or in a size_t fails with the vector unchanged.

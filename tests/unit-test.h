@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
 /* snapfg: what the C unit tests share: a failure that names the check. */
 #ifndef SNAPFG_UNIT_TEST_H
 #define SNAPFG_UNIT_TEST_H

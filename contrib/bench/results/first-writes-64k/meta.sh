@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
 RUNTIME=3
 ROUNDS=3
 NUMJOBS=1\ 2\ 4\ 8
