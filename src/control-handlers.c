@@ -512,8 +512,19 @@ control_do_create (struct control_call *call)
 int
 control_do_drop (struct control_call *call)
 {
-  return snapfg_snapshot_drop (call->e,
-                               control_arg_string (call->req, "name"));
+  const char *name = control_arg_string (call->req, "name");
+  struct snapfg_snapshot *s = snapfg_snapshot_get (call->e, name);
+  bool owned = s && snapfg_snapshot_cow_owned (s);
+  int r;
+
+  snapfg_snapshot_put (s);
+  r = snapfg_snapshot_drop (call->e, name);
+  /* Tell the client whether the COW file stays: a store of the state
+   * directory goes with its snapshot, one named by the client does not.
+   */
+  if (r == 0)
+    json_object_set_new (call->reply, "cow_removed", json_boolean (owned));
+  return r;
 }
 
 int

@@ -713,6 +713,12 @@ snapfg_snapshot_name (const struct snapfg_snapshot *s)
   return s->name;
 }
 
+bool
+snapfg_snapshot_cow_owned (const struct snapfg_snapshot *s)
+{
+  return s->owned_cow;
+}
+
 int
 snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
 {

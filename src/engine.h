@@ -138,6 +138,10 @@ extern struct snapfg_snapshot *snapfg_snapshot_get_nth (struct snapfg_engine *e,
                                                         size_t i);
 extern void snapfg_snapshot_put (struct snapfg_snapshot *s);
 extern const char *snapfg_snapshot_name (const struct snapfg_snapshot *s);
+/* Is its COW store the state directory's own (created by a create
+ * without a COW path), so that a drop or merge removes it?
+ */
+extern bool snapfg_snapshot_cow_owned (const struct snapfg_snapshot *s);
 
 /* Remove a snapshot: it disappears from the exports, its connections get
  * EIO, origin writes stop copying out into it; its COW file is left as

@@ -688,7 +688,11 @@ print_human (const struct control_command *c, const struct cmdline *cl,
             get_str (x, "cow"));
     break;
   case CONTROL_DROP:
-    printf ("dropped snapshot %s (its COW store is left as it is)\n", name);
+    if (json_is_true (json_object_get (r, "cow_removed")))
+      printf ("dropped snapshot %s (its COW store in the state directory "
+              "is removed)\n", name);
+    else
+      printf ("dropped snapshot %s (its COW store is left as it is)\n", name);
     break;
   case CONTROL_MERGE:
     if (option_value (cl, "wait") == NULL)
