@@ -69,6 +69,9 @@ export_equals "$(uri "$sock" p2)" "$tmpdir/p2.expected" "p2 after kill -9"
 ctl_ok "drop p1" "$ctlsock" drop p1
 [ ! -e "$state.d/p1.cow" ] && info "ok: dropping p1 removed its state-directory store" ||
     check_fail "p1's store is left after drop"
+grep -q 'state directory is removed' "$tmpdir/ctl.out" &&
+    info "ok: snapfgctl drop says the state-directory store is removed" ||
+    check_fail "snapfgctl drop p1 said: $(cat "$tmpdir/ctl.out")"
 ctl_ok "create p1 again without --cow (a new snapshot)" "$ctlsock" create p1
 stop_nbdkit "$pid"
 
