@@ -159,18 +159,6 @@ device_flush (const struct snapfg_device *dev)
 }
 
 int
-device_copy (const struct snapfg_device *src, uint64_t src_offset,
-             const struct snapfg_device *dst, uint64_t dst_offset,
-             size_t count)
-{
-  if (src->ops != dst->ops || src->ops->copy == NULL)
-    return -EOPNOTSUPP;
-  if (count == 0)
-    return 0;
-  return src->ops->copy (src, src_offset, dst, dst_offset, count);
-}
-
-int
 device_punch (const struct snapfg_device *dev, uint64_t count,
               uint64_t offset)
 {
@@ -184,7 +172,7 @@ static int
 write_zeroes (const struct snapfg_device *dev, uint64_t count,
               uint64_t offset)
 {
-  const size_t bufsize = 1024 * 1024;
+  const size_t bufsize = count < 1024 * 1024 ? count : 1024 * 1024;
   void *zeroes = calloc (1, bufsize);
   int r = 0;
 
@@ -481,11 +469,19 @@ file_pwrite (const struct snapfg_device *dev, const void *buf,
   return 0;
 }
 
+/* copy_file_range between two regular files.  (Not between block
+ * devices: the kernel refuses those.)
+ */
 static int
 file_copy (const struct snapfg_device *src, uint64_t src_offset,
            const struct snapfg_device *dst, uint64_t dst_offset,
            size_t count)
 {
+  struct snapfg_device *to = (struct snapfg_device *) dst;
+
+  if (src->is_block || dst->is_block ||
+      atomic_load_explicit (&to->no_copy_range, memory_order_relaxed))
+    return -EOPNOTSUPP;
   while (count > 0) {
     loff_t in = src_offset, out = dst_offset;
     ssize_t r = copy_file_range (src->fd, &in, dst->fd, &out, count, 0);
@@ -494,12 +490,15 @@ file_copy (const struct snapfg_device *src, uint64_t src_offset,
       if (errno == EINTR)
         continue;
       if (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
-          errno == EOPNOTSUPP || errno == EBADF)
+          errno == EOPNOTSUPP || errno == EBADF) {
+        /* These files can't: stop trying. */
+        atomic_store (&to->no_copy_range, true);
         return -EOPNOTSUPP;
+      }
       return -errno;
     }
     if (r == 0)
-      return -EOPNOTSUPP;       /* source shorter than expected */
+      return -EOPNOTSUPP;       /* the source ended early */
     src_offset += r;
     dst_offset += r;
     count -= r;

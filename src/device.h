@@ -19,6 +19,7 @@
 #ifndef SNAPFG_DEVICE_H
 #define SNAPFG_DEVICE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -46,6 +47,9 @@ struct snapfg_device {
   dev_t st_dev;              /* identity, to refuse cow= == origin= */
   ino_t st_ino;
   dev_t st_rdev;
+  atomic_bool no_copy_range; /* file backend: copy_file_range to this
+                              * device said "not supported" once; copies
+                              * go through a buffer without asking */
 };
 
 /* Types reported by device_extents; the values match nbdkit's. */
@@ -93,13 +97,24 @@ extern int device_pwrite (const struct snapfg_device *dev, const void *buf,
 /* Make every write completed so far durable (a no-op if !can_flush). */
 extern int device_flush (const struct snapfg_device *dev);
 
-/* Copy count bytes from src at src_offset to dst at dst_offset inside the
- * kernel (copy_file_range: one system call, no user-space copy).
- * -EOPNOTSUPP if these devices cannot: the caller copies by hand.
+/* Copy count bytes from src at src_offset to dst at dst_offset: inside
+ * the kernel where both backends can and the run is longer than
+ * DEVICE_COPY_BUFFER_CACHED, else (or if that fails) through a buffer
+ * (see device-copy.c).  On failure *src_failed says whether reading src
+ * failed (true) or writing dst (false).
  */
 extern int device_copy (const struct snapfg_device *src, uint64_t src_offset,
                         const struct snapfg_device *dst, uint64_t dst_offset,
-                        size_t count);
+                        size_t count, bool *src_failed);
+
+/* A buffer of at least len bytes for copying through user space: up to
+ * DEVICE_COPY_BUFFER_CACHED bytes the calling thread's own (no
+ * allocation), else a new one.  Give it back with
+ * device_copy_buffer_release.  NULL if out of memory.
+ */
+#define DEVICE_COPY_BUFFER_CACHED (64 * 1024)
+extern void *device_copy_buffer (size_t len);
+extern void device_copy_buffer_release (void *buf);
 
 /* Deallocate (trim).  -EOPNOTSUPP if the device cannot. */
 extern int device_punch (const struct snapfg_device *dev,
@@ -143,8 +158,10 @@ extern int device_discard_contents (struct snapfg_device *dev,
  * of the device_* function of the same name; count is never 0 and
  * offset + count never wraps.  zero returns -EOPNOTSUPP when it cannot
  * zero without writing the data (the dispatcher then writes zeroes unless
- * fast_only).  copy is only called with src and dst of the same backend,
- * and may be NULL.
+ * fast_only).  copy is only called with src and dst whose ops have the
+ * same copy function, and may be NULL; it returns -EOPNOTSUPP when it
+ * cannot copy between these devices (device_copy then copies through a
+ * buffer).
  */
 struct device_ops {
   const char *name;
