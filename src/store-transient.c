@@ -108,8 +108,7 @@ check_empty (const struct snapfg_store_params *params,
   r = device_is_all_zero (&st->dev);
   if (r < 0) {
     snapfg_error ("cow=%s: cannot read the COW %s: %s", params->path,
-                  device_is_uri (st->dev.path) ? "export" : "file",
-                  strerror (-r));
+                  device_noun (st->dev.path), strerror (-r));
     return r;
   }
   if (r == 0) {
