@@ -112,11 +112,11 @@ check_empty (const struct snapfg_store_params *params,
     return r;
   }
   if (r == 0) {
-    snapfg_error ("cow=%s: the file holds data that is not an empty "
+    snapfg_error ("cow=%s: the %s holds data that is not an empty "
                   "store (a transient store needs a new, empty or all-zero "
                   "file; a transient COW file left by a crash must be "
                   "removed by hand); refusing to overwrite it",
-                  params->path);
+                  params->path, device_noun (params->path));
     return -EEXIST;
   }
   return 0;
