@@ -194,21 +194,25 @@ past_current_end (const struct snapfg_device *dev, uint64_t offset,
   return offset + count > size;
 }
 
+/* Positioned I/O of all count bytes, resumed after short transfers and
+ * signals.
+ */
 static int
-fd_pread (const struct snapfg_device *dev, void *buf, size_t count,
-          uint64_t offset)
+fd_io (const struct snapfg_device *dev, char *p, size_t count,
+       uint64_t offset, bool write)
 {
   int fd = fd_of (dev)->fd;
-  char *p = buf;
 
   while (count > 0) {
-    ssize_t r = pread (fd, p, count, offset);
+    ssize_t r = write ? pwrite (fd, p, count, offset)
+      : pread (fd, p, count, offset);
+
     if (r == -1) {
       if (errno == EINTR)
         continue;
       return -errno;
     }
-    if (r == 0) {
+    if (r == 0 && !write) {
       /* Past the end of the origin: it shrank under us. */
       if (dev->bounded)
         return -EIO;
@@ -226,26 +230,20 @@ fd_pread (const struct snapfg_device *dev, void *buf, size_t count,
 }
 
 static int
+fd_pread (const struct snapfg_device *dev, void *buf, size_t count,
+          uint64_t offset)
+{
+  return fd_io (dev, buf, count, offset, false);
+}
+
+static int
 fd_pwrite (const struct snapfg_device *dev, const void *buf,
            size_t count, uint64_t offset)
 {
-  int fd = fd_of (dev)->fd;
-  const char *p = buf;
-
   if (past_current_end (dev, offset, count))
     return -EIO;
-  while (count > 0) {
-    ssize_t r = pwrite (fd, p, count, offset);
-    if (r == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += r;
-    count -= r;
-    offset += r;
-  }
-  return 0;
+  /* (fd_io only reads buf when writing.) */
+  return fd_io (dev, (char *) buf, count, offset, true);
 }
 
 static int
@@ -261,6 +259,13 @@ is_unsupported (int err)
 {
   return err == EOPNOTSUPP || err == ENOTTY || err == ENOSYS || err == EINVAL;
 }
+
+/* The entries of struct device_ops both kinds share. */
+#define FD_DEVICE_OPS                                                    \
+  .close = fd_close, .identity = fd_identity, .same = fd_same,          \
+  .is_named = fd_is_named, .lock = fd_lock,                             \
+  .current_size = fd_current_size, .pread = fd_pread,                   \
+  .pwrite = fd_pwrite, .flush = fd_flush
 
 /* --- regular files --- */
 
@@ -440,15 +445,7 @@ const struct device_ops device_file_ops = {
   .claims = file_claims,
   .open = file_open,
   .create = file_create,
-  .close = fd_close,
-  .identity = fd_identity,
-  .same = fd_same,
-  .is_named = fd_is_named,
-  .lock = fd_lock,
-  .current_size = fd_current_size,
-  .pread = fd_pread,
-  .pwrite = fd_pwrite,
-  .flush = fd_flush,
+  FD_DEVICE_OPS,
   .copy = file_copy,
   .punch = file_punch,
   .zero = file_zero,
@@ -504,15 +501,7 @@ const struct device_ops device_block_ops = {
   .claims = block_claims,
   .open = block_open,
   .create = NULL,               /* it exists, or it is not a block device */
-  .close = fd_close,
-  .identity = fd_identity,
-  .same = fd_same,
-  .is_named = fd_is_named,
-  .lock = fd_lock,
-  .current_size = fd_current_size,
-  .pread = fd_pread,
-  .pwrite = fd_pwrite,
-  .flush = fd_flush,
+  FD_DEVICE_OPS,
   .copy = NULL,                 /* copy_file_range takes regular files only */
   .punch = block_punch,
   .zero = block_zero,

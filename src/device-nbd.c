@@ -349,8 +349,10 @@ nbd_dev_is_named (const struct snapfg_device *dev, const char *uri)
   return strcmp (dev->path, uri) == 0;
 }
 
-/* The requests sent in pieces. */
-enum piece_op { PIECE_PREAD, PIECE_PWRITE, PIECE_TRIM, PIECE_ZERO };
+/* The requests in_pieces sends. */
+enum piece_op {
+  PIECE_PREAD, PIECE_PWRITE, PIECE_TRIM, PIECE_ZERO, PIECE_FLUSH,
+};
 
 static int
 send_piece (struct nbd_handle *h, enum piece_op op, char *buf,
@@ -361,6 +363,7 @@ send_piece (struct nbd_handle *h, enum piece_op op, char *buf,
   case PIECE_PWRITE: return nbd_pwrite (h, buf, count, offset, flags);
   case PIECE_TRIM: return nbd_trim (h, count, offset, flags);
   case PIECE_ZERO: return nbd_zero (h, count, offset, flags);
+  case PIECE_FLUSH: return nbd_flush (h, flags);
   }
   abort ();
 }
@@ -368,7 +371,7 @@ send_piece (struct nbd_handle *h, enum piece_op op, char *buf,
 /* Send a request as pieces of at most max bytes, one after the other on
  * one connection.  buf (NULL for requests that carry no data) moves on
  * with the offset.  A piece the server does not support fails the
- * request with -EOPNOTSUPP.
+ * request with -EOPNOTSUPP.  (count is 0 only for a flush, sent once.)
  */
 static int
 in_pieces (const struct snapfg_device *dev, enum piece_op op, char *buf,
@@ -381,7 +384,7 @@ in_pieces (const struct snapfg_device *dev, enum piece_op op, char *buf,
   h = pool_get (p);
   if (h == NULL)
     return -EIO;                /* every connection is broken */
-  while (count > 0) {
+  do {
     uint64_t n = count < max ? count : max;
 
     if (send_piece (h, op, buf, n, offset, flags) == -1) {
@@ -394,7 +397,7 @@ in_pieces (const struct snapfg_device *dev, enum piece_op op, char *buf,
       buf += n;
     offset += n;
     count -= n;
-  }
+  } while (count > 0);
   pool_put (p, h);
   return r;
 }
@@ -432,20 +435,10 @@ nbd_dev_pwrite (const struct snapfg_device *dev, const void *buf,
 static int
 nbd_dev_flush (const struct snapfg_device *dev)
 {
-  struct nbd_pool *p = pool_of (dev);
-  struct nbd_handle *h;
-  int r = 0;
-
   /* One connection: either it is the only one, or the server is
    * multi-conn and its flush covers every connection.
    */
-  h = pool_get (p);
-  if (h == NULL)
-    return -EIO;                /* every connection is broken */
-  if (nbd_flush (h, 0) == -1)
-    r = nbd_failure (h);
-  pool_put (p, h);
-  return r;
+  return in_pieces (dev, PIECE_FLUSH, NULL, 0, 0, 0, 0);
 }
 
 static int
