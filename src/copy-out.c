@@ -104,7 +104,7 @@ origin_read_failed (struct snapfg_snapshot *s, uint64_t chunk, uint64_t n,
  * nc: device_copy decides how (in the kernel for long runs where the
  * devices allow it, else through a buffer).  The origin's size need not
  * be a multiple of the chunk size: what the last chunk has past its end
- * is zeroed.  On failure *cow_failed says whether it was the COW store
+ * is written as zeroes.  On failure *cow_failed says whether it was the COW store
  * (the snapshot becomes Invalid) or the origin (the error goes back to
  * the client).
  */
@@ -130,8 +130,11 @@ copy_chunk_run (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
     return r;
   }
   if (r == 0 && in_origin < len)
-    r = device_zero (&st->dev, len - in_origin, where + in_origin,
-                     false, false);
+    /* Written, not zeroed with device_zero: a COW file must grow to
+     * hold the whole chunk, as it would from a buffer.
+     */
+    r = device_pwrite (&st->dev, e->zeroes, len - in_origin,
+                       where + in_origin);
   *cow_failed = r < 0;
   return r;
 }
