@@ -44,7 +44,38 @@ fsync_dir (int dirfd)
   return fsync (dirfd);
 }
 
-static int
+int
+fsync_file (int dirfd, const char *name)
+{
+  int fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  int r, saved_errno;
+
+  if (fd == -1)
+    return -1;
+  r = fsync (fd);
+  saved_errno = errno;
+  close (fd);
+  errno = saved_errno;
+  return r;
+}
+
+unsigned char *
+sums_new_zero (uint64_t block, uint64_t size)
+{
+  uint64_t nb = div_round_up (size, block);
+  unsigned char z[SHA256_LEN], zl[SHA256_LEN];
+  unsigned char *sums = malloc (nb * SHA256_LEN + 1);
+
+  if (sums == NULL)
+    return NULL;
+  sha256_zero (block, z);
+  sha256_zero (size - (nb - 1) * block, zl);
+  for (uint64_t b = 0; b < nb; ++b)
+    memcpy (sums + b * SHA256_LEN, b == nb - 1 ? zl : z, SHA256_LEN);
+  return sums;
+}
+
+int
 write_all (int fd, const void *buf, size_t len)
 {
   const char *p = buf;
