@@ -22,7 +22,6 @@
 #include "snapfg-backup.h"
 #include "vector.h"
 
-DEFINE_VECTOR_TYPE (char_vector, char);
 
 json_t *
 control_call (const char *socket_path, json_t *req, char *err, size_t err_len)

@@ -78,7 +78,6 @@ extern json_t *build_request (const struct cmdline *cl,
 
 /* --- talking to the server (snapfgctl-conn.c) --- */
 
-DEFINE_VECTOR_TYPE (char_vector, char);
 
 struct conn {
   const char *path;
