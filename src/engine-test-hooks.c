@@ -17,6 +17,30 @@
 #include "engine-internal.h"
 #include "snapfg-log.h"
 
+/* SPEC is WHERE[:N]: the point in POINTS named WHERE (NONE if none is),
+ * and in *COUNT the N (default 1).
+ */
+struct test_point {
+  const char *name;
+  int where;
+};
+
+static int
+parse_test_point (const char *spec, const struct test_point *points,
+                  size_t npoints, int none, long *count)
+{
+  const char *colon = strchr (spec, ':');
+  size_t len = colon ? (size_t) (colon - spec) : strlen (spec);
+  int where = none;
+
+  for (size_t i = 0; i < npoints; ++i)
+    if (strlen (points[i].name) == len &&
+        strncmp (spec, points[i].name, len) == 0)
+      where = points[i].where;
+  *count = colon ? strtol (colon + 1, NULL, 10) : 1;
+  return where;
+}
+
 /* Test hook: SNAPFG_TEST_CRASH_AT=WHERE[:N] kills the process at the Nth
  * (default first) time it reaches WHERE: "cow-data" (a copy-out's data,
  * or all of a batch's, is written, not yet committed), "cow-run" (one run
@@ -28,26 +52,22 @@
 void
 engine_parse_fault_point (struct snapfg_engine *e, const char *spec)
 {
-  static const struct { const char *name; enum fault_point where; } points[] = {
+  static const struct test_point points[] = {
     { "cow-data", FAULT_AFTER_COW_DATA },
     { "cow-run", FAULT_AFTER_COW_RUN },
     { "metadata", FAULT_AFTER_METADATA },
     { "origin-write", FAULT_BEFORE_ORIGIN_WRITE },
     { "merge", FAULT_MERGE_BATCH },
   };
-  const char *colon;
-  size_t len;
+  long count;
 
   e->fault_at = FAULT_NONE;
   if (spec == NULL || *spec == '\0')
     return;
-  colon = strchr (spec, ':');
-  len = colon ? (size_t) (colon - spec) : strlen (spec);
-  for (size_t i = 0; i < sizeof points / sizeof points[0]; ++i)
-    if (strlen (points[i].name) == len &&
-        strncmp (spec, points[i].name, len) == 0)
-      e->fault_at = points[i].where;
-  atomic_init (&e->fault_countdown, colon ? strtol (colon + 1, NULL, 10) : 1);
+  e->fault_at = parse_test_point (spec, points,
+                                  sizeof points / sizeof points[0],
+                                  FAULT_NONE, &count);
+  atomic_init (&e->fault_countdown, count);
   if (e->fault_at == FAULT_NONE)
     snapfg_error ("SNAPFG_TEST_CRASH_AT=%s: unknown fault point", spec);
 }
@@ -60,20 +80,20 @@ engine_parse_fault_point (struct snapfg_engine *e, const char *spec)
 void
 engine_parse_fail_point (struct snapfg_engine *e, const char *spec)
 {
-  const char *colon;
-  size_t len;
+  static const struct test_point points[] = {
+    { "snapshot-list", FAIL_SNAPSHOT_LIST },
+  };
+  long count;
 
   e->fail_at = FAIL_NONE;
   if (spec == NULL || *spec == '\0')
     return;
-  colon = strchr (spec, ':');
-  len = colon ? (size_t) (colon - spec) : strlen (spec);
-  if (len == strlen ("snapshot-list") &&
-      strncmp (spec, "snapshot-list", len) == 0)
-    e->fail_at = FAIL_SNAPSHOT_LIST;
-  else
+  e->fail_at = parse_test_point (spec, points,
+                                 sizeof points / sizeof points[0],
+                                 FAIL_NONE, &count);
+  if (e->fail_at == FAIL_NONE)
     snapfg_error ("SNAPFG_TEST_FAIL_AT=%s: unknown failure point", spec);
-  atomic_init (&e->fail_countdown, colon ? strtol (colon + 1, NULL, 10) : 1);
+  atomic_init (&e->fail_countdown, count);
 }
 
 void

@@ -48,21 +48,34 @@ sum_block_for (uint64_t size)
   return b;
 }
 
-/* Drop a snapshot; with --cow-dir remove its store too. */
+/* Send REQ (consumed) to the server; a refusal or no answer is said
+ * as "WHAT NAME: why".
+ */
 static int
-drop_snapshot (const struct backup_options *o, const char *name)
+server_request (const struct backup_options *o, json_t *req,
+                const char *what, const char *name)
 {
-  json_t *req = json_pack ("{s:s, s:s}", "cmd", "drop", "name", name);
   json_t *reply;
   char err[512];
 
   reply = control_call (o->socket, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
-    backup_error ("dropping snapshot %s: %s", name, err);
+    backup_error ("%s %s: %s", what, name, err);
     return -1;
   }
   json_decref (reply);
+  return 0;
+}
+
+/* Drop a snapshot; with --cow-dir remove its store too. */
+static int
+drop_snapshot (const struct backup_options *o, const char *name)
+{
+  if (server_request (o, json_pack ("{s:s, s:s}", "cmd", "drop",
+                                    "name", name),
+                      "dropping snapshot", name) == -1)
+    return -1;
   if (o->cow_dir) {
     char path[PATH_MAX];
     snprintf (path, sizeof path, "%s/%s.cow", o->cow_dir, name);
@@ -74,19 +87,9 @@ drop_snapshot (const struct backup_options *o, const char *name)
 static int
 drop_checkpoint (const struct backup_options *o, const char *name)
 {
-  json_t *req = json_pack ("{s:s, s:s}", "cmd", "checkpoint-drop",
-                           "name", name);
-  json_t *reply;
-  char err[512];
-
-  reply = control_call (o->socket, req, err, sizeof err);
-  json_decref (req);
-  if (reply == NULL) {
-    backup_error ("warning: dropping checkpoint %s: %s", name, err);
-    return -1;
-  }
-  json_decref (reply);
-  return 0;
+  return server_request (o, json_pack ("{s:s, s:s}", "cmd", "checkpoint-drop",
+                                       "name", name),
+                          "warning: dropping checkpoint", name);
 }
 
 /* Names of the server's snapshots or checkpoints that start with PREFIX. */
