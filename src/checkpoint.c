@@ -23,7 +23,6 @@
 #include "cbt-bitmap.h"
 #include "catalogue.h"
 #include "engine-internal.h"
-#include "scoped-lock.h"
 #include "snapfg-log.h"
 
 const char *

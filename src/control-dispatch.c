@@ -19,8 +19,6 @@
 #include <stdarg.h>
 
 #include "control-handlers.h"
-#include "checkpoint.h"
-#include "device.h"
 #include "snapfg-log.h"
 
 

@@ -16,13 +16,7 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
-#include "power-of-two.h"
 #include "scoped-lock.h"
-#include "vector.h"
-#include "catalogue.h"
-#include "checkpoint.h"
-#include "file-lock.h"
-#include "store-binding.h"
 #include "snapfg-log.h"
 
 struct snapfg_snapshot *

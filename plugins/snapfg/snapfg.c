@@ -20,7 +20,6 @@
 #include "engine.h"
 #include "cbt-bitmap.h"
 #include "checkpoint.h"
-#include "device.h"
 #include "control-server.h"
 #include "catalogue.h"
 #include "snapfg-log.h"
