@@ -177,8 +177,13 @@ int
 catalogue_snapshots (struct catalogue *cat, struct catalogue_snapshot **listp,
                      size_t *np)
 {
-  return copy_records (cat, "snapshots", sizeof **listp, snapshot_from_json,
-                       snapshot_free_fields, (void **) listp, np);
+  void *list;
+  int r = copy_records (cat, "snapshots", sizeof **listp, snapshot_from_json,
+                        snapshot_free_fields, &list, np);
+
+  if (r == 0)
+    *listp = list;
+  return r;
 }
 
 void
@@ -266,9 +271,14 @@ int
 catalogue_checkpoints (struct catalogue *cat,
                        struct catalogue_checkpoint **listp, size_t *np)
 {
-  return copy_records (cat, "checkpoints", sizeof **listp,
-                       checkpoint_from_json, checkpoint_free_fields,
-                       (void **) listp, np);
+  void *list;
+  int r = copy_records (cat, "checkpoints", sizeof **listp,
+                        checkpoint_from_json, checkpoint_free_fields,
+                        &list, np);
+
+  if (r == 0)
+    *listp = list;
+  return r;
 }
 
 void
