@@ -34,6 +34,7 @@
 
 #include <jansson.h>
 
+#include "cleanup.h"
 #include "catalogue.h"
 #include "catalogue-internal.h"
 #include "file-lock.h"
@@ -128,15 +129,11 @@ check_document (json_t *root, char *buf, size_t len)
 static int
 sync_directory (const char *dir)
 {
-  int fd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  int r = 0;
+  CLEANUP_CLOSE int fd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-  if (fd == -1)
+  if (fd == -1 || fsync (fd) == -1)
     return -errno;
-  if (fsync (fd) == -1)
-    r = -errno;
-  close (fd);
-  return r;
+  return 0;
 }
 
 static int
@@ -161,7 +158,8 @@ write_all (int fd, const char *p, size_t n)
 static int
 write_document (struct catalogue *cat, json_t *doc)
 {
-  char *text = json_dumps (doc, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
+  CLEANUP_FREE char *text = json_dumps (doc, JSON_INDENT (2) |
+                                       JSON_PRESERVE_ORDER);
   const char *what = "write";
   int fd, r;
 
@@ -201,7 +199,6 @@ write_document (struct catalogue *cat, json_t *doc)
     }
     close (cat->fd);
     cat->fd = fd;
-    free (text);
     return r;
   }
   close (fd);
@@ -209,7 +206,6 @@ write_document (struct catalogue *cat, json_t *doc)
  fail:
   snapfg_error ("state=%s: cannot %s %s: %s (the catalogue is unchanged)",
                 cat->path, what, cat->tmp_path, strerror (-r));
-  free (text);
   return r;
 }
 

@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "cleanup.h"
 #include "control-commands.h"
 #include "device.h"
 #include "snapfgctl.h"
@@ -80,7 +81,7 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
     { "exceptions", no_argument, NULL, 'e' },
   };
   const size_t nglobal = sizeof global / sizeof global[0];
-  struct option *longopts;
+  CLEANUP_FREE struct option *longopts = NULL;
   int c;
 
   /* The distinct --options of the table's commands. */
@@ -88,7 +89,6 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
   longopts = calloc (nglobal + control_nargs + 1, sizeof *longopts);
   cl->words = calloc (argc + 1, sizeof *cl->words);
   if (cl->opts == NULL || longopts == NULL || cl->words == NULL) {
-    free (longopts);
     fprintf (stderr, "snapfgctl: out of memory\n");
     return -1;
   }
@@ -130,14 +130,12 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
         o->value = o->is_bool ? "true" : optarg;
         break;
       }
-      free (longopts);
       return -1;                /* getopt said what was wrong */
     }
   }
   /* After "--", getopt leaves the rest. */
   while (optind < argc)
     cl->words[cl->nwords++] = argv[optind++];
-  free (longopts);
   return 0;
 }
 

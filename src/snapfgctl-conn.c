@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "cleanup.h"
 #include "snapfgctl.h"
 
 int
@@ -62,7 +63,7 @@ conn_close (struct conn *cn)
 json_t *
 conn_call (struct conn *cn, json_t *req, char **line)
 {
-  char *text = json_dumps (req, JSON_COMPACT);
+  CLEANUP_FREE char *text = json_dumps (req, JSON_COMPACT);
   size_t len;
   char *nl;
   json_error_t jerr;
@@ -80,12 +81,10 @@ conn_call (struct conn *cn, json_t *req, char **line)
       if (errno == EINTR)
         continue;
       fprintf (stderr, "snapfgctl: writing to %s: %m\n", cn->path);
-      free (text);
       return NULL;
     }
     off += n;
   }
-  free (text);
 
   while ((nl = cn->buf.len ? memchr (cn->buf.ptr, '\n', cn->buf.len)
           : NULL) == NULL) {
