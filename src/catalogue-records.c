@@ -223,10 +223,7 @@ catalogue_snapshot_set_state (struct catalogue *cat, const char *name,
     json_decref (doc);
     return -ENOENT;
   }
-  /* json_stringn, not json_string: src/json.c has a json_string of its
-   * own, which wins over jansson's at link time.
-   */
-  json_object_set_new (rec, "state", json_stringn (state, strlen (state)));
+  json_object_set_new (rec, "state", json_string (state));
   if (strcmp (state, CATALOGUE_SNAPSHOT_MERGING) == 0)
     catalogue_append_event (doc, "merge-started", name, NULL);
   return catalogue_commit (cat, doc);
