@@ -21,10 +21,7 @@
 #include "engine-internal.h"
 #include "power-of-two.h"
 #include "scoped-lock.h"
-#include "vector.h"
-#include "catalogue.h"
 #include "checkpoint.h"
-#include "store-binding.h"
 #include "snapfg-log.h"
 
 const char *
