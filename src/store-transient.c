@@ -112,11 +112,25 @@ check_empty (const struct snapfg_store_params *params,
     return r;
   }
   if (r == 0) {
-    snapfg_error ("cow=%s: the %s holds data that is not an empty "
-                  "store (a transient store needs a new, empty or all-zero "
-                  "file; a transient COW file left by a crash must be "
-                  "removed by hand); refusing to overwrite it",
-                  params->path, device_noun (params->path));
+    const char *noun = device_noun (params->path);
+
+    /* Say what to do for this kind of disk: a file (the only kind whose
+     * size is not fixed) can simply be removed; a block device or an
+     * export has to be zeroed.
+     */
+    if (!st->dev.fixed_size)
+      snapfg_error ("cow=%s: the file holds data that is not an empty "
+                    "store (a transient store needs a new, empty or "
+                    "all-zero file; a transient COW file left by a crash "
+                    "must be removed by hand); refusing to overwrite it",
+                    params->path);
+    else
+      snapfg_error ("cow=%s: the %s holds data that is not an empty "
+                    "store (a transient store needs an all-zero %s; if "
+                    "this is a transient COW left by a crash and nothing "
+                    "else is on it, zero it by hand, for example with "
+                    "'blkdiscard -z' for a block device); refusing to "
+                    "overwrite it", params->path, noun, noun);
     return -EEXIST;
   }
   return 0;
