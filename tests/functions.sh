@@ -170,6 +170,34 @@ checksum() { sha256sum <"$1" | cut -d' ' -f1; }
 # uri SOCK [EXPORT]
 uri() { echo "nbd+unix:///${2:-}?socket=$1"; }
 
+# test_files [SIZE]: set the names most tests use, all in $tmpdir:
+# $origin (origin.img), $orig (original.img: the origin as it was made),
+# $cow (cow.img), $expected (expected-origin.img), $sock, $pid
+# (nbdkit.pid) and $ctlsock (ctl.sock).  With SIZE, also write SIZE
+# random bytes to $origin and copy them to $orig.  A test that wants
+# other names sets them after the call.
+test_files() {
+    origin="$tmpdir/origin.img"
+    orig="$tmpdir/original.img"
+    cow="$tmpdir/cow.img"
+    expected="$tmpdir/expected-origin.img"
+    sock="$tmpdir/sock"
+    pid="$tmpdir/nbdkit.pid"
+    ctlsock="$tmpdir/ctl.sock"
+    if [ $# -gt 0 ]; then
+        make_random_image "$origin" "$1"
+        cp "$origin" "$orig"
+    fi
+}
+
+# test_seed: set $seed from SNAPFG_TEST_SEED, or pick one, and say which,
+# so that a failing run can be repeated.  Also seeds $RANDOM with it.
+test_seed() {
+    seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
+    info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
+    RANDOM=$seed
+}
+
 # --- reading and writing exports with the standard clients -----------
 
 # export_equals URI FILE [LABEL]: the export reads (nbdcopy) byte for
