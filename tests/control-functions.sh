@@ -7,8 +7,10 @@
 #
 # Provides $PY (a Python with the nbd module, /usr/bin/python3 unless
 # SNAPFG_TEST_PYTHON says otherwise), $SNAPFGCTL, $CTL_IO (the NBD helper
-# tests/control-io.py) and $CTL_PROTO (the raw protocol client
-# tests/control-proto.py), and:
+# tests/control-io.py), $CTL_PROTO (the raw protocol client
+# tests/control-proto.py), the Python helpers as commands (cio:
+# control-io.py, failures_io: failures-io.py, ckio: checkpoint-io.py),
+# and:
 #
 # The checking helpers record a failure with check_fail and return 0, so
 # that a test under set -e carries on and reports every broken case.
@@ -35,6 +37,8 @@ source "$_cfn_dir/functions.sh"
 
 CTL_IO="$_cfn_dir/control-io.py"
 CTL_PROTO="$_cfn_dir/control-proto.py"
+FAILURES_IO="$_cfn_dir/failures-io.py"
+CHECKPOINT_IO="$_cfn_dir/checkpoint-io.py"
 
 # require_control_tools: nbdkit, the plugin, snapfgctl, nbdinfo, nbdcopy
 # and a Python with the nbd module.
@@ -48,6 +52,8 @@ require_control_tools() {
 }
 
 cio() { "$PY" "$CTL_IO" "$@"; }
+failures_io() { "$PY" "$FAILURES_IO" "$@"; }
+ckio() { "$PY" "$CHECKPOINT_IO" "$@"; }
 
 ctl() {
     local sock=$1 st=0

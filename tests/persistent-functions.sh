@@ -32,6 +32,33 @@ require_persistent_tools() {
 pio() { "$PY" "$PIO" "$@"; }
 make_cow() { "$PY" "$MAKE_COW" "$@"; }
 
+# persistent_test_files: the names of test_files (functions.sh) plus
+# $pristine (the origin as the snapshot saw it), $origin_model and
+# $snap_model (what the origin and the snapshot must read), $chunks (the
+# chunks written), all in $tmpdir; and $seed (test_seed).
+persistent_test_files() {
+    test_files
+    pristine="$tmpdir/pristine.img"
+    origin_model="$tmpdir/origin-model.img"
+    snap_model="$tmpdir/snapshot-model.img"
+    chunks="$tmpdir/chunks.txt"
+    test_seed
+}
+
+# Writers a test runs in the background (writer_pids+=($!)): kill_writers
+# kills them (SIGKILL: they are clients of an nbdkit being crashed) and
+# waits for them; it also runs on exit.
+writer_pids=()
+kill_writers() {
+    local p
+    for p in "${writer_pids[@]}"; do
+        kill -KILL "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    writer_pids=()
+}
+on_exit kill_writers
+
 # copy_export URI FILE: nbdcopy the whole export into FILE (a new file).
 copy_export() {
     rm -f "$2"

@@ -33,12 +33,7 @@ source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
 size=$((8 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-make_random_image "$origin" "$size"
-cp "$origin" "$tmpdir/original.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
+test_files "$size"
 # The merge is slowed down so that merge --wait has something to show.
 SNAPFG_TEST_MERGE_DELAY_US=2000 start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
 

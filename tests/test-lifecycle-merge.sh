@@ -21,9 +21,8 @@ require_control_tools
 
 MiB=$((1024 * 1024))
 size=$((16 * MiB))
-origin="$tmpdir/origin.img"; make_random_image "$origin" "$size"
+test_files "$size"
 state="$tmpdir/catalogue.json"
-sock="$tmpdir/sock"; pid="$tmpdir/nbdkit.pid"; ctlsock="$tmpdir/ctl.sock"
 
 SNAPFG_TEST_CRASH_AT=merge:3 start_snapfg "$sock" "$pid" origin="$origin" \
     state="$state" control="$ctlsock"

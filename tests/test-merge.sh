@@ -57,14 +57,8 @@ open(sys.argv[3], "wb").write(a[:h] + b[h:])
 # =====================================================================
 info "=== 1. merge under concurrent origin I/O"
 size=$((32 * MiB))
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
 cow1="$tmpdir/snap1.cow"
-make_random_image "$origin" "$size"
-cp "$origin" "$orig"
+test_files "$size"
 make_random_image "$tmpdir/new-data.img" $((24 * MiB))
 
 # Each merge batch (16 chunks) takes at least 5 ms, so that the checks

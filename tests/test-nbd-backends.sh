@@ -264,8 +264,7 @@ snapshot_description() {
              cur == "export=\"snapshot\":" && $1 == "description:" { sub(/^[ \t]*description: /, ""); print; exit }'
 }
 
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
+test_seed
 
 # --- 1 and 2: data through NBD backends --------------------------------
 

@@ -21,17 +21,7 @@ set -euo pipefail
 source "$(dirname "$0")/persistent-functions.sh"
 require_persistent_tools
 
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-pristine="$tmpdir/pristine.img"
-origin_model="$tmpdir/origin-model.img"
-snap_model="$tmpdir/snapshot-model.img"
-cow="$tmpdir/cow.img"
-chunks="$tmpdir/chunks.txt"
-
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
+persistent_test_files
 
 # verify_store WHAT CS ORIGIN-SIZE SNAPSHOT-MODEL [ARGS...]: make-cow.py
 # verify, recording a failure.

@@ -18,16 +18,7 @@ set -euo pipefail
 source "$(dirname "$0")/persistent-functions.sh"
 require_persistent_tools
 
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-pristine="$tmpdir/pristine.img"
-origin_model="$tmpdir/origin-model.img"
-snap_model="$tmpdir/snapshot-model.img"
-cow="$tmpdir/cow.img"
-
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
+persistent_test_files
 
 # expected_status NEXC CS TOTAL-CHUNKS: dm's status line for a persistent
 # store holding NEXC exceptions written in order: the next free chunk is
