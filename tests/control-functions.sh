@@ -28,6 +28,9 @@
 #   listed SOCK NAME          nbdinfo --list shows export NAME
 #   export_equals URI FILE WHAT, files_equal A B WHAT
 #   wait_nbdkit_death PIDFILE SECONDS, wait_until SECONDS COMMAND...
+#   merge_under_io WHAT SOCK CTLSOCK NAME TIMEOUT VIEW MODEL SEED
+#                             watch NAME's merge to its end while a client
+#                             reads and writes the origin (see below)
 
 # shellcheck shell=bash
 
@@ -172,4 +175,32 @@ wait_until() {
         n=$((n - 1))
     done
     return 1
+}
+
+# merge_under_io WHAT SOCK CTLSOCK NAME TIMEOUT VIEW MODEL SEED: watch
+# snapshot NAME's merge (control-proto.py watch, up to TIMEOUT seconds)
+# until it is gone, while control-io.py io-loop reads and writes the
+# origin (seed SEED, at least 200 requests) and checks every read
+# against MODEL, which starts as a copy of VIEW (the snapshot's view)
+# and gets the client's writes.  Both must succeed (check_fail if not);
+# the caller then compares the origin with MODEL.
+merge_under_io() {
+    local what=$1 sock=$2 ctlsock=$3 name=$4 timeout=$5 view=$6 model=$7 seed=$8
+    local watch_pid io_pid st stop="$tmpdir/merge-under-io.stop"
+    rm -f "$stop"
+    "$PY" "$CTL_PROTO" watch "$ctlsock" "$name" --timeout "$timeout" >"$tmpdir/watch.out" 2>&1 &
+    watch_pid=$!
+    cp "$view" "$model"
+    "$PY" "$CTL_IO" io-loop "$(uri "$sock" origin)" --seed "$seed" --model "$model" \
+        --stop-file "$stop" --min-ops 200 >"$tmpdir/io.out" 2>&1 &
+    io_pid=$!
+    st=0; wait "$watch_pid" || st=$?
+    cat "$tmpdir/watch.out"
+    [ "$st" -eq 0 ] && info "ok: $what: the merge of $name finished" ||
+        check_fail "$what: the merge of $name did not finish cleanly (above)"
+    touch "$stop"
+    st=0; wait "$io_pid" || st=$?
+    cat "$tmpdir/io.out"
+    [ "$st" -eq 0 ] && info "ok: $what: origin I/O during the merge saw $name's view plus the client's own writes" ||
+        check_fail "$what: origin I/O during the merge went wrong (above)"
 }
