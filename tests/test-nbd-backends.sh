@@ -56,16 +56,7 @@ cat >"$tmpdir/nbdio.py" <<'EOF'
 import errno, random, sys, threading
 import nbd
 
-def connect(uri):
-    h = nbd.NBD()
-    h.connect_uri(uri)
-    return h
-
-def disconnect(h):
-    try:
-        h.shutdown()
-    except nbd.Error:
-        pass
+from snapfg_test import connect, close as disconnect
 
 def load(path):
     with open(path, "rb") as f:
@@ -165,7 +156,7 @@ def main():
 main()
 EOF
 
-nbdio() { "$PYTHON" "$tmpdir/nbdio.py" "$@"; }
+nbdio() { PYTHONPATH=$_fn_dir "$PYTHON" "$tmpdir/nbdio.py" "$@"; }
 
 # --- backend servers --------------------------------------------------
 
