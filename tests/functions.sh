@@ -327,18 +327,32 @@ wait_nbdkit_death() {
 # to start (non-zero exit, no crash, no hang).  Its stderr goes to
 # ERRFILE.  --run true makes a successful start exit at once, so a
 # plugin that wrongly accepts the parameters is caught (and cleans up).
-expect_start_failure() {
+expect_start_failure() { _start_refused "$@" || fail "$_why"; }
+
+# try_start_failure ERRFILE PARAMS...: the same, but records the failure
+# with check_fail and returns 1 instead of exiting.
+try_start_failure() {
+    _start_refused "$@" && return 0
+    check_fail "$_why"
+    return 1
+}
+
+# _start_refused ERRFILE PARAMS...: the check of the two above; on
+# failure, what is wrong in $_why.
+_why=
+_start_refused() {
     local errfile=$1 st=0
     shift
     timeout 60 nbdkit -U - --run true "$SNAPFG_PLUGIN" "$@" \
         >"$errfile.out" 2>"$errfile" || st=$?
     case $st in
-        0) fail "nbdkit started but must refuse: $*" ;;
-        124) fail "nbdkit hung (60 s) instead of refusing: $*" ;;
-        1) ;;
+        1) return 0 ;;
+        0) _why="nbdkit started but must refuse: $*" ;;
+        124) _why="nbdkit hung (60 s) instead of refusing: $*" ;;
         *) cat "$errfile" >&2
-           fail "nbdkit exited with status $st (crash?) instead of a clean error: $*" ;;
+           _why="nbdkit exited with status $st (crash?) instead of a clean error: $*" ;;
     esac
+    return 1
 }
 
 # expect_start_success PARAMS...: nbdkit with PARAMS starts and exits
@@ -353,47 +367,26 @@ expect_start_success() {
     fi
 }
 
-# try_start_failure ERRFILE PARAMS...: like expect_start_failure, but
-# records the failure with check_fail and returns 1 instead of exiting.
-try_start_failure() {
-    local errfile=$1 st=0
-    shift
-    timeout 60 nbdkit -U - --run true "$SNAPFG_PLUGIN" "$@" \
-        >"$errfile.out" 2>"$errfile" || st=$?
-    case $st in
-        1) return 0 ;;
-        0) check_fail "nbdkit started but must refuse: $*" ;;
-        124) check_fail "nbdkit hung (60 s) instead of refusing: $*" ;;
-        *) cat "$errfile" >&2
-           check_fail "nbdkit exited with status $st (crash?) instead of a clean error: $*" ;;
-    esac
+# expect_stderr ERRFILE STRING...: ERRFILE must contain every STRING.
+expect_stderr() { _stderr_has "$@" || fail "$_why"; }
+
+# try_stderr ERRFILE STRING...: the same, but records the failure with
+# check_fail and returns 1.
+try_stderr() {
+    _stderr_has "$@" && return 0
+    check_fail "$_why"
     return 1
 }
 
-# try_stderr ERRFILE STRING...: like expect_stderr, but records the
-# failure with check_fail and returns 1.
-try_stderr() {
+_stderr_has() {
     local f=$1 s
     shift
     for s in "$@"; do
         if ! grep -qF -- "$s" "$f"; then
             echo "--- stderr was: ---" >&2
             cat "$f" >&2
-            check_fail "error message does not mention '$s'"
+            _why="error message does not mention '$s'"
             return 1
-        fi
-    done
-}
-
-# expect_stderr ERRFILE STRING...: ERRFILE must contain every STRING.
-expect_stderr() {
-    local f=$1 s
-    shift
-    for s in "$@"; do
-        if ! grep -qF -- "$s" "$f"; then
-            echo "--- stderr was: ---" >&2
-            cat "$f" >&2
-            fail "error message does not mention '$s'"
         fi
     done
 }
