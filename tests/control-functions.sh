@@ -26,7 +26,7 @@
 #                             (the parsed object is "d")
 #   origin_serves WHAT SOCK   a fresh connection reads the origin
 #   listed SOCK NAME          nbdinfo --list shows export NAME
-#   export_equals URI FILE WHAT, files_equal A B WHAT
+#   export_equals URI FILE WHAT, files_equal A B WHAT (functions.sh)
 #   wait_nbdkit_death PIDFILE SECONDS, wait_until SECONDS COMMAND...
 #   merge_under_io WHAT SOCK CTLSOCK NAME TIMEOUT VIEW MODEL SEED
 #                             watch NAME's merge to its end while a client
@@ -141,28 +141,6 @@ d = json.load(sys.stdin)
 sys.exit(0 if any(e["export-name"] == sys.argv[1] for e in d["exports"]) else 1)
 ' "$2"
 }
-
-# files_equal A B WHAT
-files_equal() {
-    if ! cmp "$1" "$2" >"$tmpdir/cmp.out" 2>&1; then
-        check_fail "$3: $(head -c 300 "$tmpdir/cmp.out")"
-        return 0
-    fi
-    info "ok: $3"
-}
-
-# export_equals URI FILE WHAT: nbdcopy the export and compare with FILE.
-export_equals() {
-    local out="$tmpdir/export-copy.img"
-    rm -f "$out"
-    if ! nbdcopy -- "$1" "$out" 2>"$tmpdir/nbdcopy.err"; then
-        cat "$tmpdir/nbdcopy.err" >&2
-        check_fail "$3: nbdcopy of $1 failed"
-        return 0
-    fi
-    files_equal "$out" "$2" "$3"
-}
-
 
 # wait_until SECONDS COMMAND...: poll (every 0.1 s) until COMMAND
 # succeeds; returns 1 on timeout.

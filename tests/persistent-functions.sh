@@ -59,37 +59,6 @@ kill_writers() {
 }
 on_exit kill_writers
 
-# copy_export URI FILE: nbdcopy the whole export into FILE (a new file).
-copy_export() {
-    rm -f "$2"
-    nbdcopy -- "$1" "$2"
-}
-
-# export_equals URI FILE WHAT: the export's contents equal FILE, byte
-# for byte (otherwise records a check failure and carries on).
-export_equals() {
-    local uri=$1 file=$2 what=$3 out="$tmpdir/export-copy.img"
-    if ! copy_export "$uri" "$out" 2>"$tmpdir/nbdcopy.err"; then
-        cat "$tmpdir/nbdcopy.err" >&2
-        check_fail "$what: nbdcopy of $uri failed"
-        return 0
-    fi
-    if ! cmp "$out" "$file" >"$tmpdir/cmp.out" 2>&1; then
-        check_fail "$what: $uri differs from $(basename "$file"): $(head -c 300 "$tmpdir/cmp.out")"
-        return 0
-    fi
-    info "ok: $what"
-}
-
-# files_equal A B WHAT
-files_equal() {
-    if ! cmp "$1" "$2" >"$tmpdir/cmp.out" 2>&1; then
-        check_fail "$3: $(head -c 300 "$tmpdir/cmp.out")"
-        return 0
-    fi
-    info "ok: $3"
-}
-
 # nbdinfo_field SOCK EXPORT FIELD: a field of nbdinfo --json for EXPORT.
 nbdinfo_field() {
     nbdinfo --json "$(uri "$1" "$2")" |
