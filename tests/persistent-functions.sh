@@ -59,6 +59,27 @@ kill_writers() {
 }
 on_exit kill_writers
 
+# snapshot_is_invalid WHAT SOCK READ-OFFSET READ-LEN WRITE-OFFSET: the
+# snapshot export of the server on SOCK acts Invalid: reads at 0 and at
+# READ-OFFSET and a 4 KiB write at WRITE-OFFSET fail with EIO, nbdcopy
+# of it fails, and nbdinfo --list describes it as Invalid.
+snapshot_is_invalid() {
+    local what=$1 u r st
+    u=$(uri "$2" snapshot)
+    r=$(pio read "$u" 0 4096)
+    [ "$r" = "errno EIO" ] || check_fail "$what: snapshot read returned '$r', expected EIO"
+    r=$(pio read "$u" "$3" "$4")
+    [ "$r" = "errno EIO" ] || check_fail "$what: snapshot read at $3 returned '$r', expected EIO"
+    r=$(pio pwrite "$u" "$5" 4096)
+    [ "$r" = "errno EIO" ] || check_fail "$what: snapshot write returned '$r', expected EIO"
+    if copy_export "$u" "$tmpdir/x.img" 2>/dev/null; then
+        check_fail "$what: nbdcopy of the snapshot succeeded"
+    fi
+    st=$(snapshot_status "$2")
+    [ "$st" = Invalid ] || check_fail "$what: nbdinfo --list describes the snapshot as '$st', expected Invalid"
+    info "$what: snapshot reads and writes fail with EIO; status $st"
+}
+
 # nbdinfo_field SOCK EXPORT FIELD: a field of nbdinfo --json for EXPORT.
 nbdinfo_field() {
     nbdinfo --json "$(uri "$1" "$2")" |
