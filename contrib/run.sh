@@ -60,7 +60,7 @@ required=(
     libtsan2 libasan8 libubsan1
     # tests, demo and benchmark
     libnbd-bin python3 python3-libnbd qemu-utils fio jq
-    coreutils diffutils util-linux procps socat strace
+    coreutils diffutils util-linux mount procps socat strace
     # TLS tests (psktool), systemd-analyze verify of the service unit
     gnutls-bin systemd
     # guest tests (make check-guest): QEMU, cpio for the initramfs, the

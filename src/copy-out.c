@@ -16,56 +16,6 @@
 #include "engine-internal.h"
 #include "snapfg-log.h"
 
-/* A copy-out through user space needs a chunk-sized buffer.  nbdkit's
- * worker threads live as long as their connection, so each keeps one
- * buffer for its copy-outs instead of a malloc and free per copy-out.
- * Chunks larger than this are rare (dm's default is 4 KiB) and their copy
- * costs far more than an allocation; keeping a megabyte per worker thread
- * would not pay, so those allocate per copy-out.
- */
-#define CACHED_COPY_BUFFER_MAX (64 * 1024)
-
-static pthread_key_t copy_buffer_key;
-static pthread_once_t copy_buffer_once = PTHREAD_ONCE_INIT;
-static bool copy_buffer_key_ok;
-static __thread void *copy_buffer;      /* CACHED_COPY_BUFFER_MAX bytes */
-
-static void
-make_copy_buffer_key (void)
-{
-  /* The destructor frees a thread's buffer when the thread exits. */
-  copy_buffer_key_ok = pthread_key_create (&copy_buffer_key, free) == 0;
-}
-
-/* A buffer of at least len bytes; release it with put_copy_buffer. */
-static void *
-get_copy_buffer (size_t len)
-{
-  if (len > CACHED_COPY_BUFFER_MAX)
-    return malloc (len);
-  if (copy_buffer == NULL) {
-    pthread_once (&copy_buffer_once, make_copy_buffer_key);
-    if (!copy_buffer_key_ok)
-      return malloc (len);
-    copy_buffer = malloc (CACHED_COPY_BUFFER_MAX);
-    if (copy_buffer == NULL)
-      return NULL;
-    if (pthread_setspecific (copy_buffer_key, copy_buffer) != 0) {
-      void *p = copy_buffer;    /* could not arrange its free: don't keep it */
-      copy_buffer = NULL;
-      return p;
-    }
-  }
-  return copy_buffer;
-}
-
-static void
-put_copy_buffer (void *buf)
-{
-  if (buf != copy_buffer)
-    free (buf);
-}
-
 /* What claim_chunk found. */
 enum claim {
   CLAIM_OWNED,                  /* state A: 'pe' is now its pending exception */
@@ -136,35 +86,62 @@ abandon_chunk (struct exception_stripe *stripe, struct pending_exception *pe)
   exception_stripe_unlock (stripe);
 }
 
-/* Read the origin's copy of n consecutive chunks from 'chunk' into buf
- * (n * chunk_size bytes; the part past the end of the origin is zero).
+/* Say that reading origin chunks [chunk, chunk + n) for a copy-out
+ * failed with r, unless the origin shrank under us (then
+ * engine_origin_shrunk says that, once).
+ */
+static void
+origin_read_failed (struct snapfg_snapshot *s, uint64_t chunk, uint64_t n,
+                    uint64_t end, int r)
+{
+  if (!engine_origin_shrunk (s->engine, r, end))
+    snapfg_error ("origin=%s: read of chunk%s %" PRIu64 "%s for a copy-out "
+                  "failed: %s", s->engine->origin.path, n > 1 ? "s" : "",
+                  chunk, n > 1 ? "..." : "", strerror (-r));
+}
+
+/* Copy n consecutive origin chunks from 'chunk' into the COW chunks from
+ * nc: device_copy decides how (in the kernel for long runs where the
+ * devices allow it, else through a buffer).  The origin's size need not
+ * be a multiple of the chunk size: what the last chunk has past its end
+ * is written as zeroes.  On failure *cow_failed says whether it was the COW store
+ * (the snapshot becomes Invalid) or the origin (the error goes back to
+ * the client).
  */
 static int
-read_origin_chunks (struct snapfg_snapshot *s, uint64_t chunk, uint64_t n,
-                    void *buf)
+copy_chunk_run (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
+                uint64_t n, bool *cow_failed)
 {
   struct snapfg_engine *e = s->engine;
+  struct snapfg_store *st = s->store;
   uint64_t start = chunk << s->chunk_shift;
   uint64_t len = n << s->chunk_shift;
-  uint64_t want = len;
+  uint64_t in_origin = start + len <= e->size ? len : e->size - start;
+  uint64_t where = store_chunk_offset (st, nc);
+  bool origin_failed;
   int r;
 
-  if (start + len > e->size) {
-    len = e->size - start;
-    memset ((char *) buf + len, 0, want - len);
+  engine_test_delay (e);        /* widen the B window in tests */
+  r = device_copy (&e->origin, start, &st->dev, where, in_origin,
+                   &origin_failed);
+  if (r < 0 && origin_failed) {
+    origin_read_failed (s, chunk, n, start + in_origin, r);
+    *cow_failed = false;
+    return r;
   }
-  r = device_pread (&e->origin, buf, len, start);
-  if (r < 0 && !engine_origin_shrunk (e, r, start + len))
-    snapfg_error ("origin=%s: read of chunk%s %" PRIu64 "%s for a copy-out "
-                  "failed: %s", e->origin.path, n > 1 ? "s" : "", chunk,
-                  n > 1 ? "..." : "", strerror (-r));
+  if (r == 0 && in_origin < len)
+    /* Written, not zeroed with device_zero: a COW file must grow to
+     * hold the whole chunk, as it would from a buffer.
+     */
+    r = device_pwrite (&st->dev, e->zeroes, len - in_origin,
+                       where + in_origin);
+  *cow_failed = r < 0;
   return r;
 }
 
 /* Write the chunk's new contents into COW chunk nc: the origin's data,
- * overlaid with the snapshot write if there is one.  On failure
- * *cow_failed says whether it was the COW store (the snapshot becomes
- * Invalid) or the origin (the error goes back to the client).
+ * overlaid with the snapshot write if there is one.  *cow_failed as for
+ * copy_chunk_run.
  */
 static int
 write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
@@ -174,6 +151,8 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
   struct snapfg_engine *e = s->engine;
   struct snapfg_store *st = s->store;
   uint64_t where = store_chunk_offset (st, nc);
+  uint64_t start = chunk << s->chunk_shift;
+  uint64_t len = s->chunk_size;
   void *buf;
   int r;
 
@@ -186,43 +165,32 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
     *cow_failed = r < 0;
     return r;
   }
+  if (data == NULL)
+    return copy_chunk_run (s, chunk, nc, 1, cow_failed);
 
-  if (data == NULL && s->chunk_size > CACHED_COPY_BUFFER_MAX &&
-      !atomic_load_explicit (&e->copy_by_hand, memory_order_relaxed) &&
-      ((chunk + 1) << s->chunk_shift) <= e->size) {
-    /* A plain copy-out of a large chunk: one system call and no copy
-     * through user space (nor a large buffer).  Small chunks go through
-     * the thread's buffer below, which measured faster: with 4 KiB
-     * chunks, first writes at one connection made 38.0k IOPS against
-     * 35.3k with copy_file_range (27.5 against 29.5 us of nbdkit CPU
-     * per request; ext4, files in the page cache), because
-     * copy_file_range on a file system without reflink is a splice
-     * through a pipe.  At 64 KiB the two were level.
-     */
-    engine_test_delay (e);      /* widen the B window in tests */
-    r = device_copy (&e->origin, chunk << s->chunk_shift, &st->dev, where,
-                     s->chunk_size);
-    if (r != -EOPNOTSUPP) {
-      *cow_failed = r < 0;      /* can't tell which side; assume the COW */
-      return r;
-    }
-    atomic_store (&e->copy_by_hand, true);  /* these files can't: stop trying */
-  }
-
-  buf = get_copy_buffer (s->chunk_size);
+  /* A snapshot write over part of the chunk: the origin's data, changed
+   * in a buffer, goes to the COW store with one write.
+   */
+  buf = device_copy_buffer (s->chunk_size);
   if (buf == NULL)
     return -ENOMEM;
-  r = read_origin_chunks (s, chunk, 1, buf);
-  if (r == 0) {
+  if (start + len > e->size) {
+    len = e->size - start;      /* past the origin's end reads as zero */
+    memset ((char *) buf + len, 0, s->chunk_size - len);
+  }
+  r = device_pread (&e->origin, buf, len, start);
+  if (r < 0)
+    origin_read_failed (s, chunk, 1, start + len, r);
+  else {
     if (data == SNAPFG_ZERO_DATA)
       memset ((char *) buf + offset_in_chunk, 0, count);
-    else if (data)
+    else
       memcpy ((char *) buf + offset_in_chunk, data, count);
     engine_test_delay (e);      /* widen the B window in tests */
     r = device_pwrite (&st->dev, buf, s->chunk_size, where);
     *cow_failed = r < 0;
   }
-  put_copy_buffer (buf);
+  device_copy_buffer_release (buf);
   return r;
 }
 
@@ -345,50 +313,6 @@ struct copy_batch {
   struct pending_exception pe[COPY_BATCH_CHUNKS];
   struct store_pair pair[COPY_BATCH_CHUNKS];
 };
-
-/* Copy n consecutive origin chunks from 'chunk' into the COW chunks from
- * nc: one read and one write.  *cow_failed as for write_chunk_copy.
- */
-static int
-copy_chunk_run (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
-                uint64_t n, bool *cow_failed)
-{
-  struct snapfg_engine *e = s->engine;
-  struct snapfg_store *st = s->store;
-  uint64_t len = n << s->chunk_shift;
-  uint64_t where = store_chunk_offset (st, nc);
-  void *buf;
-  int r;
-
-  *cow_failed = false;
-  if (len > CACHED_COPY_BUFFER_MAX &&
-      !atomic_load_explicit (&e->copy_by_hand, memory_order_relaxed) &&
-      ((chunk + n) << s->chunk_shift) <= e->size) {
-    /* A large run: one system call, no copy through user space (see
-     * write_chunk_copy).
-     */
-    engine_test_delay (e);
-    r = device_copy (&e->origin, chunk << s->chunk_shift, &st->dev, where,
-                     len);
-    if (r != -EOPNOTSUPP) {
-      *cow_failed = r < 0;
-      return r;
-    }
-    atomic_store (&e->copy_by_hand, true);
-  }
-
-  buf = get_copy_buffer (len);
-  if (buf == NULL)
-    return -ENOMEM;
-  r = read_origin_chunks (s, chunk, n, buf);
-  if (r == 0) {
-    engine_test_delay (e);      /* widen the B window in tests */
-    r = device_pwrite (&st->dev, buf, len, where);
-    *cow_failed = r < 0;
-  }
-  put_copy_buffer (buf);
-  return r;
-}
 
 /* Give every claim of the batch up (B → A) after a failure. */
 static void

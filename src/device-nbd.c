@@ -306,13 +306,28 @@ nbd_dev_open (struct snapfg_device *dev, const char *uri, bool readonly)
 
   dev->priv = p;
   dev->size = size;
-  dev->is_nbd = true;
   dev->fixed_size = true;
   return 0;
 
  err:
   pool_free (p);
   return r;
+}
+
+/* nbd[s][+unix|+vsock]:// */
+static bool
+nbd_dev_claims (const char *path)
+{
+  if (strncmp (path, "nbd", 3) != 0)
+    return false;
+  path += 3;
+  if (*path == 's')
+    path++;
+  if (strncmp (path, "+unix", 5) == 0)
+    path += 5;
+  else if (strncmp (path, "+vsock", 6) == 0)
+    path += 6;
+  return strncmp (path, "://", 3) == 0;
 }
 
 static void
@@ -334,14 +349,64 @@ nbd_dev_is_named (const struct snapfg_device *dev, const char *uri)
   return strcmp (dev->path, uri) == 0;
 }
 
+/* The requests in_pieces sends. */
+enum piece_op {
+  PIECE_PREAD, PIECE_PWRITE, PIECE_TRIM, PIECE_ZERO, PIECE_FLUSH,
+};
+
+static int
+send_piece (struct nbd_handle *h, enum piece_op op, char *buf,
+            uint64_t count, uint64_t offset, uint32_t flags)
+{
+  switch (op) {
+  case PIECE_PREAD: return nbd_pread (h, buf, count, offset, flags);
+  case PIECE_PWRITE: return nbd_pwrite (h, buf, count, offset, flags);
+  case PIECE_TRIM: return nbd_trim (h, count, offset, flags);
+  case PIECE_ZERO: return nbd_zero (h, count, offset, flags);
+  case PIECE_FLUSH: return nbd_flush (h, flags);
+  }
+  abort ();
+}
+
+/* Send a request as pieces of at most max bytes, one after the other on
+ * one connection.  buf (NULL for requests that carry no data) moves on
+ * with the offset.  A piece the server does not support fails the
+ * request with -EOPNOTSUPP.  (count is 0 only for a flush, sent once.)
+ */
+static int
+in_pieces (const struct snapfg_device *dev, enum piece_op op, char *buf,
+           uint64_t count, uint64_t offset, uint64_t max, uint32_t flags)
+{
+  struct nbd_pool *p = pool_of (dev);
+  struct nbd_handle *h;
+  int r = 0;
+
+  h = pool_get (p);
+  if (h == NULL)
+    return -EIO;                /* every connection is broken */
+  do {
+    uint64_t n = count < max ? count : max;
+
+    if (send_piece (h, op, buf, n, offset, flags) == -1) {
+      r = nbd_failure (h);
+      if (is_unsupported (r))
+        r = -EOPNOTSUPP;
+      break;
+    }
+    if (buf)
+      buf += n;
+    offset += n;
+    count -= n;
+  } while (count > 0);
+  pool_put (p, h);
+  return r;
+}
+
 static int
 nbd_dev_pread (const struct snapfg_device *dev, void *buf, size_t count,
                uint64_t offset)
 {
-  struct nbd_pool *p = pool_of (dev);
-  struct nbd_handle *h;
   char *ptr = buf;
-  int r = 0;
 
   /* Past the end reads as zeroes, as it does for a file. */
   if (offset >= dev->size) {
@@ -352,104 +417,39 @@ nbd_dev_pread (const struct snapfg_device *dev, void *buf, size_t count,
     memset (ptr + (dev->size - offset), 0, count - (dev->size - offset));
     count = dev->size - offset;
   }
-
-  h = pool_get (p);
-  if (h == NULL)
-    return -EIO;                /* every connection is broken */
-  while (count > 0) {
-    size_t n = count < p->max_io ? count : p->max_io;
-
-    if (nbd_pread (h, ptr, n, offset, 0) == -1) {
-      r = nbd_failure (h);
-      break;
-    }
-    ptr += n;
-    offset += n;
-    count -= n;
-  }
-  pool_put (p, h);
-  return r;
+  return in_pieces (dev, PIECE_PREAD, ptr, count, offset,
+                    pool_of (dev)->max_io, 0);
 }
 
 static int
 nbd_dev_pwrite (const struct snapfg_device *dev, const void *buf,
                 size_t count, uint64_t offset)
 {
-  struct nbd_pool *p = pool_of (dev);
-  struct nbd_handle *h;
-  const char *ptr = buf;
-  int r = 0;
-
   if (offset > dev->size || count > dev->size - offset)
     return -ENOSPC;             /* as a write past a block device's end */
-
-  h = pool_get (p);
-  if (h == NULL)
-    return -EIO;                /* every connection is broken */
-  while (count > 0) {
-    size_t n = count < p->max_io ? count : p->max_io;
-
-    if (nbd_pwrite (h, ptr, n, offset, 0) == -1) {
-      r = nbd_failure (h);
-      break;
-    }
-    ptr += n;
-    offset += n;
-    count -= n;
-  }
-  pool_put (p, h);
-  return r;
+  /* (nbd_pwrite only reads buf.) */
+  return in_pieces (dev, PIECE_PWRITE, (char *) buf, count, offset,
+                    pool_of (dev)->max_io, 0);
 }
 
 static int
 nbd_dev_flush (const struct snapfg_device *dev)
 {
-  struct nbd_pool *p = pool_of (dev);
-  struct nbd_handle *h;
-  int r = 0;
-
   /* One connection: either it is the only one, or the server is
    * multi-conn and its flush covers every connection.
    */
-  h = pool_get (p);
-  if (h == NULL)
-    return -EIO;                /* every connection is broken */
-  if (nbd_flush (h, 0) == -1)
-    r = nbd_failure (h);
-  pool_put (p, h);
-  return r;
+  return in_pieces (dev, PIECE_FLUSH, NULL, 0, 0, 0, 0);
 }
 
 static int
 nbd_dev_punch (const struct snapfg_device *dev, uint64_t count,
                uint64_t offset)
 {
-  struct nbd_pool *p = pool_of (dev);
-  struct nbd_handle *h;
-  int r = 0;
-
-  if (!p->can_trim)
+  if (!pool_of (dev)->can_trim)
     return -EOPNOTSUPP;
   if (offset > dev->size || count > dev->size - offset)
     return -EINVAL;
-
-  h = pool_get (p);
-  if (h == NULL)
-    return -EIO;                /* every connection is broken */
-  while (count > 0) {
-    uint64_t n = count < MAX_CMD ? count : MAX_CMD;
-
-    if (nbd_trim (h, n, offset, 0) == -1) {
-      r = nbd_failure (h);
-      if (is_unsupported (r))
-        r = -EOPNOTSUPP;
-      break;
-    }
-    offset += n;
-    count -= n;
-  }
-  pool_put (p, h);
-  return r;
+  return in_pieces (dev, PIECE_TRIM, NULL, count, offset, MAX_CMD, 0);
 }
 
 static int
@@ -457,9 +457,7 @@ nbd_dev_zero (const struct snapfg_device *dev, uint64_t count,
               uint64_t offset, bool may_trim, bool fast_only)
 {
   struct nbd_pool *p = pool_of (dev);
-  struct nbd_handle *h;
   uint32_t flags = 0;
-  int r = 0;
 
   if (!p->can_zero || (fast_only && !p->can_fast_zero))
     return -EOPNOTSUPP;         /* the dispatcher writes zeroes if it may */
@@ -469,24 +467,7 @@ nbd_dev_zero (const struct snapfg_device *dev, uint64_t count,
     flags |= LIBNBD_CMD_FLAG_NO_HOLE;
   if (fast_only)
     flags |= LIBNBD_CMD_FLAG_FAST_ZERO;
-
-  h = pool_get (p);
-  if (h == NULL)
-    return -EIO;                /* every connection is broken */
-  while (count > 0) {
-    uint64_t n = count < MAX_CMD ? count : MAX_CMD;
-
-    if (nbd_zero (h, n, offset, flags) == -1) {
-      r = nbd_failure (h);
-      if (is_unsupported (r))
-        r = -EOPNOTSUPP;
-      break;
-    }
-    offset += n;
-    count -= n;
-  }
-  pool_put (p, h);
-  return r;
+  return in_pieces (dev, PIECE_ZERO, NULL, count, offset, MAX_CMD, flags);
 }
 
 /* Extents are gathered while the connection is held and reported after
@@ -591,36 +572,26 @@ nbd_dev_extents (const struct snapfg_device *dev, uint64_t count,
   return r;
 }
 
-static int
-nbd_dev_truncate (struct snapfg_device *dev, uint64_t size)
-{
-  return -EINVAL;               /* an export has a fixed size */
-}
-
-/* An export cannot shrink: zero (trim) what was used, so that it reads
- * as all zero again.
- */
-static int
-nbd_dev_discard_contents (struct snapfg_device *dev, uint64_t used)
-{
-  if (dev->readonly)
-    return 0;
-  return device_zero (dev, used, 0, true, false);
-}
-
 const struct device_ops device_nbd_ops = {
   .name = "nbd",
+  .noun = "export",
+  .uri = true,
+  .claims = nbd_dev_claims,
   .open = nbd_dev_open,
+  .create = NULL,               /* an export exists: it is opened */
   .close = nbd_dev_close,
+  .identity = NULL,             /* known by its URI alone */
   .same = nbd_dev_same,
   .is_named = nbd_dev_is_named,
+  .lock = NULL,                 /* an export cannot be locked */
+  .current_size = NULL,         /* an export's size is fixed */
   .pread = nbd_dev_pread,
   .pwrite = nbd_dev_pwrite,
   .flush = nbd_dev_flush,
-  .copy = NULL,                 /* -EOPNOTSUPP: the engine copies by hand */
+  .copy = NULL,                 /* device_copy copies through a buffer */
   .punch = nbd_dev_punch,
   .zero = nbd_dev_zero,
   .extents = nbd_dev_extents,
-  .truncate = nbd_dev_truncate,
-  .discard_contents = nbd_dev_discard_contents,
+  .truncate = NULL,             /* an export has a fixed size */
+  .discard_contents = NULL,     /* zeroes (trims) what was used */
 };

@@ -2,9 +2,10 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the disks the engine reads and writes (see device.h).
  *
- * The dispatchers, the parts every backend shares, and the file backend
- * (regular files and block devices through one descriptor).  The NBD
- * backend is in device-nbd.c.
+ * Choosing a backend, the dispatchers, and what every backend shares:
+ * explaining errors, the zeroing fallback, the all-zero scan.  The
+ * backends are device-file.c (regular files, block devices) and
+ * device-nbd.c; copying between devices is device-copy.c.
  */
 
 #include <config.h>
@@ -14,12 +15,6 @@
 #include <stdarg.h>
 #include <string.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <unistd.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <linux/fs.h>
-#include <linux/falloc.h>
 
 #include "device.h"
 
@@ -56,44 +51,66 @@ device_strerror (int r)
 
 /* --- dispatch --- */
 
+#define DEVICE_BACKEND_ENTRY_(ops) &ops,
+static const struct device_ops *const backends[] = {
+  SNAPFG_DEVICE_BACKENDS (DEVICE_BACKEND_ENTRY_)
+};
+#undef DEVICE_BACKEND_ENTRY_
+#define NR_BACKENDS (sizeof backends / sizeof backends[0])
+
+/* The backend that takes path: the first that claims it. */
+static const struct device_ops *
+backend_for (const char *path)
+{
+  for (size_t i = 0; i < NR_BACKENDS; ++i)
+    if (backends[i]->claims (path))
+      return backends[i];
+  return NULL;
+}
+
 bool
 device_is_uri (const char *path)
 {
-  /* nbd[s][+unix|+vsock]:// */
-  if (strncmp (path, "nbd", 3) != 0)
-    return false;
-  path += 3;
-  if (*path == 's')
-    path++;
-  if (strncmp (path, "+unix", 5) == 0)
-    path += 5;
-  else if (strncmp (path, "+vsock", 6) == 0)
-    path += 6;
-  return strncmp (path, "://", 3) == 0;
+  for (size_t i = 0; i < NR_BACKENDS; ++i)
+    if (backends[i]->uri && backends[i]->claims (path))
+      return true;
+  return false;
+}
+
+const char *
+device_noun (const char *path)
+{
+  const struct device_ops *ops = backend_for (path);
+
+  return ops ? ops->noun : "device";
 }
 
 static void
 device_reset (struct snapfg_device *dev, bool readonly)
 {
   memset (dev, 0, sizeof *dev);
-  dev->fd = -1;
   dev->can_flush = true;
   dev->readonly = readonly;
 }
 
-int
-device_open (struct snapfg_device *dev, const char *path, bool readonly)
+/* Open or create (create true) dev with the backend that claims path. */
+static int
+open_with_backend (struct snapfg_device *dev, const char *path,
+                   bool readonly, bool create)
 {
-  const struct device_ops *ops =
-    device_is_uri (path) ? &device_nbd_ops : &device_file_ops;
+  const struct device_ops *ops = backend_for (path);
   int r;
 
   clear_error ();
   device_reset (dev, readonly);
+  if (ops == NULL)
+    return -EINVAL;             /* nothing takes it */
+  if (create && ops->create == NULL)
+    return -EEXIST;             /* it exists already: open it instead */
   dev->path = strdup (path);
   if (dev->path == NULL)
     return -ENOMEM;
-  r = ops->open (dev, path, readonly);
+  r = create ? ops->create (dev, path) : ops->open (dev, path, readonly);
   if (r < 0) {
     free (dev->path);
     device_reset (dev, readonly);
@@ -103,6 +120,18 @@ device_open (struct snapfg_device *dev, const char *path, bool readonly)
   return 0;
 }
 
+int
+device_open (struct snapfg_device *dev, const char *path, bool readonly)
+{
+  return open_with_backend (dev, path, readonly, false);
+}
+
+int
+device_create (struct snapfg_device *dev, const char *path)
+{
+  return open_with_backend (dev, path, false, true);
+}
+
 void
 device_close (struct snapfg_device *dev)
 {
@@ -110,9 +139,16 @@ device_close (struct snapfg_device *dev)
     dev->ops->close (dev);
   dev->ops = NULL;
   dev->priv = NULL;
-  dev->fd = -1;
   free (dev->path);
   dev->path = NULL;
+}
+
+bool
+device_identity (const struct snapfg_device *dev, struct device_identity *id)
+{
+  if (dev->ops == NULL || dev->ops->identity == NULL)
+    return false;
+  return dev->ops->identity (dev, id);
 }
 
 bool
@@ -126,10 +162,17 @@ device_same (const struct snapfg_device *a, const struct snapfg_device *b)
 bool
 device_is_named (const struct snapfg_device *dev, const char *path)
 {
-  if (dev->ops == NULL ||
-      device_is_uri (path) != (dev->ops == &device_nbd_ops))
+  if (dev->ops == NULL || backend_for (path) != dev->ops)
     return false;
   return dev->ops->is_named (dev, path);
+}
+
+int
+device_lock (const struct snapfg_device *dev, bool exclusive)
+{
+  if (dev->ops->lock == NULL)
+    return 0;                   /* nothing to lock (an NBD export) */
+  return dev->ops->lock (dev, exclusive);
 }
 
 int
@@ -159,23 +202,13 @@ device_flush (const struct snapfg_device *dev)
 }
 
 int
-device_copy (const struct snapfg_device *src, uint64_t src_offset,
-             const struct snapfg_device *dst, uint64_t dst_offset,
-             size_t count)
-{
-  if (src->ops != dst->ops || src->ops->copy == NULL)
-    return -EOPNOTSUPP;
-  if (count == 0)
-    return 0;
-  return src->ops->copy (src, src_offset, dst, dst_offset, count);
-}
-
-int
 device_punch (const struct snapfg_device *dev, uint64_t count,
               uint64_t offset)
 {
   if (count == 0)
     return 0;
+  if (dev->ops->punch == NULL)
+    return -EOPNOTSUPP;
   return dev->ops->punch (dev, count, offset);
 }
 
@@ -184,7 +217,7 @@ static int
 write_zeroes (const struct snapfg_device *dev, uint64_t count,
               uint64_t offset)
 {
-  const size_t bufsize = 1024 * 1024;
+  const size_t bufsize = count < 1024 * 1024 ? count : 1024 * 1024;
   void *zeroes = calloc (1, bufsize);
   int r = 0;
 
@@ -220,37 +253,41 @@ device_extents (const struct snapfg_device *dev, uint64_t count,
 {
   if (count == 0)
     return 0;
+  if (dev->ops->extents == NULL)
+    return fn (opaque, offset, count, 0);   /* no allocation map: data */
   return dev->ops->extents (dev, count, offset, fn, opaque);
 }
 
 int
 device_current_size (const struct snapfg_device *dev, uint64_t *size)
 {
-  struct stat st;
-
-  if (dev->ops != &device_file_ops) {
-    *size = dev->size;          /* an NBD export's size is fixed */
+  if (dev->ops->current_size == NULL) {
+    *size = dev->size;          /* it cannot change (an NBD export) */
     return 0;
   }
-  if (dev->is_block)
-    return ioctl (dev->fd, BLKGETSIZE64, size) == -1 ? -errno : 0;
-  if (fstat (dev->fd, &st) == -1)
-    return -errno;
-  *size = st.st_size;
-  return 0;
+  return dev->ops->current_size (dev, size);
 }
 
 int
 device_truncate (struct snapfg_device *dev, uint64_t size)
 {
+  if (dev->ops->truncate == NULL)
+    return -EINVAL;             /* a fixed size */
   return dev->ops->truncate (dev, size);
 }
 
 int
 device_discard_contents (struct snapfg_device *dev, uint64_t used)
 {
+  if (dev->readonly)
+    return 0;                   /* nothing was written to it */
   if (used > dev->size && dev->fixed_size)
     used = dev->size;
+  if (dev->ops->discard_contents == NULL)
+    /* A disk that cannot shrink: zero (trim) what was used, so that it
+     * reads as all zero again.
+     */
+    return device_zero (dev, used, 0, true, false);
   return dev->ops->discard_contents (dev, used);
 }
 
@@ -306,356 +343,3 @@ device_is_all_zero (const struct snapfg_device *dev)
   free (zs.buf);
   return zs.result;
 }
-
-/* --- the file backend: regular files and block devices --- */
-
-static int
-file_init_from_fd (struct snapfg_device *dev, int fd)
-{
-  struct stat st;
-
-  if (fstat (fd, &st) == -1)
-    return -errno;
-  if (S_ISBLK (st.st_mode)) {
-    uint64_t size;
-
-    if (ioctl (fd, BLKGETSIZE64, &size) == -1)
-      return -errno;
-    dev->size = size;
-    dev->is_block = true;
-    dev->fixed_size = true;
-  }
-  else if (S_ISREG (st.st_mode)) {
-    dev->size = st.st_size;
-    dev->is_block = false;
-  }
-  else
-    return -EINVAL;               /* neither a file nor a block device */
-
-  dev->fd = fd;
-  dev->st_dev = st.st_dev;
-  dev->st_ino = st.st_ino;
-  dev->st_rdev = st.st_rdev;
-  return 0;
-}
-
-static int
-file_open (struct snapfg_device *dev, const char *path, bool readonly)
-{
-  int fd, r;
-
-  fd = open (path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-  if (fd == -1)
-    return -errno;
-  r = file_init_from_fd (dev, fd);
-  if (r < 0)
-    close (fd);
-  return r;
-}
-
-int
-device_create (struct snapfg_device *dev, const char *path)
-{
-  int fd, r;
-
-  clear_error ();
-  device_reset (dev, false);
-  if (device_is_uri (path))
-    return -EEXIST;             /* an export exists: open it instead */
-  dev->path = strdup (path);
-  if (dev->path == NULL)
-    return -ENOMEM;
-  fd = open (path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd == -1) {
-    r = -errno;
-    goto err;
-  }
-  r = file_init_from_fd (dev, fd);
-  if (r < 0) {
-    close (fd);
-    unlink (path);
-    goto err;
-  }
-  dev->ops = &device_file_ops;
-  return 0;
-
- err:
-  free (dev->path);
-  device_reset (dev, false);
-  return r;
-}
-
-static void
-file_close (struct snapfg_device *dev)
-{
-  if (dev->fd >= 0)
-    close (dev->fd);
-}
-
-static bool
-file_same (const struct snapfg_device *a, const struct snapfg_device *b)
-{
-  if (a->is_block && b->is_block)
-    return a->st_rdev == b->st_rdev;
-  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
-}
-
-static bool
-file_is_named (const struct snapfg_device *dev, const char *path)
-{
-  struct stat st;
-
-  if (stat (path, &st) == -1)
-    return false;               /* does not exist (yet) */
-  if (S_ISBLK (st.st_mode))
-    return dev->is_block && dev->st_rdev == st.st_rdev;
-  return !dev->is_block && dev->st_dev == st.st_dev &&
-    dev->st_ino == st.st_ino;
-}
-
-/* Would changing [offset, offset+count) of a bounded regular file go
- * past its end?  Writing there would grow the file, punching or zeroing
- * would succeed on nothing: either way the request must fail.  (Block
- * devices refuse writes past their end themselves.)
- */
-static bool
-past_current_end (const struct snapfg_device *dev, uint64_t offset,
-                  uint64_t count)
-{
-  struct stat st;
-
-  if (!dev->bounded || dev->is_block || fstat (dev->fd, &st) == -1)
-    return false;
-  return offset + count > (uint64_t) st.st_size;
-}
-
-static int
-file_pread (const struct snapfg_device *dev, void *buf, size_t count,
-            uint64_t offset)
-{
-  char *p = buf;
-
-  while (count > 0) {
-    ssize_t r = pread (dev->fd, p, count, offset);
-    if (r == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    if (r == 0) {
-      /* Past the end of the origin: it shrank under us. */
-      if (dev->bounded)
-        return -EIO;
-      /* Past the end of a file that has not grown that far yet (a COW
-       * file is extended by writes): reads as zeroes.
-       */
-      memset (p, 0, count);
-      return 0;
-    }
-    p += r;
-    count -= r;
-    offset += r;
-  }
-  return 0;
-}
-
-static int
-file_pwrite (const struct snapfg_device *dev, const void *buf,
-             size_t count, uint64_t offset)
-{
-  const char *p = buf;
-
-  if (past_current_end (dev, offset, count))
-    return -EIO;
-  while (count > 0) {
-    ssize_t r = pwrite (dev->fd, p, count, offset);
-    if (r == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += r;
-    count -= r;
-    offset += r;
-  }
-  return 0;
-}
-
-static int
-file_copy (const struct snapfg_device *src, uint64_t src_offset,
-           const struct snapfg_device *dst, uint64_t dst_offset,
-           size_t count)
-{
-  while (count > 0) {
-    loff_t in = src_offset, out = dst_offset;
-    ssize_t r = copy_file_range (src->fd, &in, dst->fd, &out, count, 0);
-
-    if (r == -1) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
-          errno == EOPNOTSUPP || errno == EBADF)
-        return -EOPNOTSUPP;
-      return -errno;
-    }
-    if (r == 0)
-      return -EOPNOTSUPP;       /* source shorter than expected */
-    src_offset += r;
-    dst_offset += r;
-    count -= r;
-  }
-  return 0;
-}
-
-static int
-file_flush (const struct snapfg_device *dev)
-{
-  if (fdatasync (dev->fd) == -1)
-    return -errno;
-  return 0;
-}
-
-static bool
-is_unsupported (int err)
-{
-  return err == EOPNOTSUPP || err == ENOTTY || err == ENOSYS || err == EINVAL;
-}
-
-static int
-file_punch (const struct snapfg_device *dev, uint64_t count,
-            uint64_t offset)
-{
-  if (past_current_end (dev, offset, count))
-    return -EIO;
-  if (dev->is_block) {
-    uint64_t range[2] = { offset, count };
-    if (ioctl (dev->fd, BLKDISCARD, range) == -1)
-      return is_unsupported (errno) ? -EOPNOTSUPP : -errno;
-    return 0;
-  }
-  if (fallocate (dev->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                 offset, count) == -1)
-    return is_unsupported (errno) ? -EOPNOTSUPP : -errno;
-  return 0;
-}
-
-static int
-file_zero (const struct snapfg_device *dev, uint64_t count,
-           uint64_t offset, bool may_trim, bool fast_only)
-{
-  if (past_current_end (dev, offset, count))
-    return -EIO;
-  if (dev->is_block) {
-    uint64_t range[2] = { offset, count };
-    if (ioctl (dev->fd, BLKZEROOUT, range) == 0)
-      return 0;
-    if (!is_unsupported (errno))
-      return -errno;
-  }
-  else {
-    /* Punching a hole in a file reads back as zeroes and frees space. */
-    if (may_trim &&
-        fallocate (dev->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                   offset, count) == 0)
-      return 0;
-    if (fallocate (dev->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
-                   offset, count) == 0)
-      return 0;
-    if (fallocate (dev->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                   offset, count) == 0)
-      return 0;
-    if (!is_unsupported (errno))
-      return -errno;
-  }
-  return -EOPNOTSUPP;           /* the dispatcher writes zeroes */
-}
-
-static int
-file_extents (const struct snapfg_device *dev, uint64_t count,
-              uint64_t offset, snapfg_extent_fn fn, void *opaque)
-{
-  uint64_t end = offset + count;
-  int r;
-
-  if (dev->is_block)
-    return fn (opaque, offset, count, 0);
-  /* SEEK_DATA past the end of a shrunk origin says "hole": zeroes a
-   * client would not even read.
-   */
-  if (past_current_end (dev, offset, count))
-    return -EIO;
-
-  while (offset < end) {
-    off_t data = lseek (dev->fd, offset, SEEK_DATA);
-    uint64_t hole_end;
-
-    if (data == -1 && errno == ENXIO)
-      data = end;                 /* a hole to the end of the file */
-    else if (data == -1)
-      return fn (opaque, offset, end - offset, 0);  /* can't tell: data */
-    hole_end = (uint64_t) data < end ? (uint64_t) data : end;
-    if (hole_end > offset) {
-      r = fn (opaque, offset, hole_end - offset,
-              SNAPFG_EXTENT_HOLE | SNAPFG_EXTENT_ZERO);
-      if (r < 0)
-        return r;
-      offset = hole_end;
-      if (offset >= end)
-        break;
-    }
-
-    off_t hole = lseek (dev->fd, offset, SEEK_HOLE);
-    uint64_t data_end;
-    if (hole == -1)
-      data_end = end;
-    else
-      data_end = (uint64_t) hole < end ? (uint64_t) hole : end;
-    if (data_end <= offset)
-      data_end = end;
-    r = fn (opaque, offset, data_end - offset, 0);
-    if (r < 0)
-      return r;
-    offset = data_end;
-  }
-  return 0;
-}
-
-static int
-file_truncate (struct snapfg_device *dev, uint64_t size)
-{
-  if (dev->is_block)
-    return -EINVAL;
-  if (ftruncate (dev->fd, size) == -1)
-    return -errno;
-  dev->size = size;
-  return 0;
-}
-
-/* A file gives its space back by becoming empty again.  A block device
- * cannot shrink: what was used is zeroed, so that it reads as all zero
- * (a new store) again.
- */
-static int
-file_discard_contents (struct snapfg_device *dev, uint64_t used)
-{
-  if (dev->is_block)
-    return device_zero (dev, used, 0, true, false);
-  return file_truncate (dev, 0);
-}
-
-const struct device_ops device_file_ops = {
-  .name = "file",
-  .open = file_open,
-  .close = file_close,
-  .same = file_same,
-  .is_named = file_is_named,
-  .pread = file_pread,
-  .pwrite = file_pwrite,
-  .flush = file_flush,
-  .copy = file_copy,
-  .punch = file_punch,
-  .zero = file_zero,
-  .extents = file_extents,
-  .truncate = file_truncate,
-  .discard_contents = file_discard_contents,
-};

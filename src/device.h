@@ -4,17 +4,16 @@
  *
  * A device is a regular file, a block device, or an NBD export named by
  * a URI (nbd://, nbd+unix://, and the other forms libnbd accepts; see
- * device-nbd.c).  Every backend implements struct device_ops; the
- * device_* functions below dispatch to it.  Callers read the fields of
- * struct snapfg_device that describe any disk (path, size, fixed_size,
- * can_flush, readonly); the backend-specific ones (fd, is_block, is_nbd,
- * st_*, priv) are the backends' own, except that the store binding
- * (store-binding.c) and the engine read the origin's identity from them
- * (docs/design.md section 9).  All I/O is positioned and
- * every function may be called from many threads at once on one device.
- * Functions return 0 or a negative errno and never log: callers know
- * which disk it was and say so (with device_strerror for the reason an
- * open failed).
+ * device-nbd.c).  Every backend implements struct device_ops and is
+ * listed once, in SNAPFG_DEVICE_BACKENDS below; the device_* functions
+ * dispatch to it, so callers never look at the backend: they read only
+ * the fields of struct snapfg_device, which describe any disk, and ask
+ * the rest (identity, locking, the current size) through functions
+ * here.  Each backend keeps its own state behind priv (docs/design.md
+ * section 9).  All I/O is positioned and every function may be called
+ * from many threads at once on one device.  Functions return 0 or a
+ * negative errno and never log: callers know which disk it was and say
+ * so (with device_strerror for the reason an open failed).
  */
 #ifndef SNAPFG_DEVICE_H
 #define SNAPFG_DEVICE_H
@@ -22,30 +21,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
-#include <sys/types.h>
 
 struct device_ops;
 
 struct snapfg_device {
   const struct device_ops *ops;  /* the backend; NULL when closed */
-  void *priv;                /* backend state (NBD: the connection pool) */
-  int fd;                    /* file and block device backends; else -1 */
+  void *priv;                /* the backend's own state */
   char *path;                /* the path or URI it was opened by */
   uint64_t size;             /* current size in bytes */
-  bool is_block;             /* a block device */
-  bool is_nbd;               /* an NBD export */
   bool fixed_size;           /* the size cannot change (block device, NBD) */
   bool can_flush;            /* false: flush is a no-op (an NBD server
                               * that cannot flush: it has no write cache,
                               * or so it says) */
   bool readonly;
-  bool bounded;              /* the origin: a regular file or block device
-                              * ending before 'size' (shrunk under us)
-                              * fails I/O there with -EIO instead of
-                              * reading zeroes or growing the file */
-  dev_t st_dev;              /* identity, to refuse cow= == origin= */
-  ino_t st_ino;
-  dev_t st_rdev;
+  bool bounded;              /* set by the opener (the engine, for the
+                              * origin): a disk that ends before 'size'
+                              * (shrunk under us) fails I/O there with
+                              * -EIO instead of reading zeroes or growing
+                              * the file */
 };
 
 /* Types reported by device_extents; the values match nbdkit's. */
@@ -55,16 +48,23 @@ struct snapfg_device {
 typedef int (*snapfg_extent_fn) (void *opaque, uint64_t offset,
                                  uint64_t length, uint32_t type);
 
-/* Is path an NBD URI (served by the NBD backend) rather than a file? */
+/* Is path a URI (an NBD export, or whatever else a backend names by a
+ * URI) rather than a path in the file system?  URIs are kept exactly as
+ * given: never made absolute, resolved or looked up.
+ */
 extern bool device_is_uri (const char *path);
+
+/* What path names, for messages: "file", "block device", "export". */
+extern const char *device_noun (const char *path);
 
 /* Open an existing file, block device or NBD export.  A writable open of
  * a read-only export fails with -EROFS.
  */
 extern int device_open (struct snapfg_device *dev, const char *path,
                         bool readonly);
-/* Create a new regular file (O_EXCL: never replaces anything).  An NBD
- * URI always names an export that exists already: -EEXIST.
+/* Create a new regular file (O_EXCL: never replaces anything).  A path
+ * no backend can create (an NBD export, a block device) names a disk
+ * that exists already: -EEXIST.
  */
 extern int device_create (struct snapfg_device *dev, const char *path);
 extern void device_close (struct snapfg_device *dev);
@@ -74,6 +74,21 @@ extern void device_close (struct snapfg_device *dev);
  * message, e.g. the server's refusal), else strerror (-r).
  */
 extern const char *device_strerror (int r);
+
+/* What identifies a disk on this machine beyond its path, for records
+ * that must recognise it after a rename or a restart (the store
+ * binding): a regular file's device and inode numbers, a block device's
+ * device number (in ino; dev is 0).
+ */
+struct device_identity {
+  uint64_t dev;
+  uint64_t ino;
+};
+/* Fill in *id; false if the disk has no such identity (an NBD export is
+ * known by its URI alone).
+ */
+extern bool device_identity (const struct snapfg_device *dev,
+                             struct device_identity *id);
 
 /* Are a and b the same disk?  (Files: the same inode; block devices: the
  * same device number; NBD exports: the same URI string.)
@@ -86,6 +101,14 @@ extern bool device_same (const struct snapfg_device *a,
 extern bool device_is_named (const struct snapfg_device *dev,
                              const char *path);
 
+/* Lock the disk against other users for as long as it is open: an
+ * exclusive lock, or a shared one that only keeps writers out.  -EAGAIN
+ * if someone holds a lock that conflicts (another snapfg server, or a
+ * program such as QEMU that locks its images).  0 for a disk that
+ * cannot be locked (an NBD export).
+ */
+extern int device_lock (const struct snapfg_device *dev, bool exclusive);
+
 extern int device_pread (const struct snapfg_device *dev, void *buf,
                          size_t count, uint64_t offset);
 extern int device_pwrite (const struct snapfg_device *dev, const void *buf,
@@ -93,13 +116,24 @@ extern int device_pwrite (const struct snapfg_device *dev, const void *buf,
 /* Make every write completed so far durable (a no-op if !can_flush). */
 extern int device_flush (const struct snapfg_device *dev);
 
-/* Copy count bytes from src at src_offset to dst at dst_offset inside the
- * kernel (copy_file_range: one system call, no user-space copy).
- * -EOPNOTSUPP if these devices cannot: the caller copies by hand.
+/* Copy count bytes from src at src_offset to dst at dst_offset: inside
+ * the kernel where both backends can and the run is longer than
+ * DEVICE_COPY_BUFFER_CACHED, else (or if that fails) through a buffer
+ * (see device-copy.c).  On failure *src_failed says whether reading src
+ * failed (true) or writing dst (false).
  */
 extern int device_copy (const struct snapfg_device *src, uint64_t src_offset,
                         const struct snapfg_device *dst, uint64_t dst_offset,
-                        size_t count);
+                        size_t count, bool *src_failed);
+
+/* A buffer of at least len bytes for copying through user space: up to
+ * DEVICE_COPY_BUFFER_CACHED bytes the calling thread's own (no
+ * allocation), else a new one.  Give it back with
+ * device_copy_buffer_release.  NULL if out of memory.
+ */
+#define DEVICE_COPY_BUFFER_CACHED (64 * 1024)
+extern void *device_copy_buffer (size_t len);
+extern void device_copy_buffer_release (void *buf);
 
 /* Deallocate (trim).  -EOPNOTSUPP if the device cannot. */
 extern int device_punch (const struct snapfg_device *dev,
@@ -137,21 +171,40 @@ extern int device_discard_contents (struct snapfg_device *dev,
 
 /* --- backends ---
  *
- * open fills in everything in struct snapfg_device but ops, path and the
- * zeroed defaults (fd = -1) that device_open sets first; it may explain a
- * failure with device_set_error.  The I/O entry points have the meaning
- * of the device_* function of the same name; count is never 0 and
- * offset + count never wraps.  zero returns -EOPNOTSUPP when it cannot
- * zero without writing the data (the dispatcher then writes zeroes unless
- * fast_only).  copy is only called with src and dst of the same backend,
- * and may be NULL.
+ * claims says whether a path or URI is this backend's; device_open and
+ * device_create ask the backends in SNAPFG_DEVICE_BACKENDS order and use
+ * the first that claims it.  uri says the backend's names are URIs, not
+ * paths (device_is_uri).  open (and create, NULL if the backend cannot
+ * create: the disk must exist) fills in priv, size, fixed_size and
+ * can_flush if it is false; device_open has set the rest (path,
+ * readonly; ops once open succeeds).  Either may explain a failure with
+ * device_set_error.  These may be NULL: identity (none), lock (nothing
+ * to lock), current_size and truncate (a fixed size), punch (cannot
+ * trim), extents (no allocation map: all data), discard_contents (zero
+ * what was used).  The I/O entry
+ * points have the meaning of the device_* function of the same name;
+ * count is never 0 and offset + count never wraps.  zero returns
+ * -EOPNOTSUPP when it cannot zero without writing the data (the
+ * dispatcher then writes zeroes unless fast_only).  copy (NULL: never in
+ * the kernel) is only called when src and dst have the same copy
+ * function; any failure makes the dispatcher copy through a buffer.
+ * discard_contents is not called for a read-only device, and gets used
+ * <= size for a fixed-size one.
  */
 struct device_ops {
   const char *name;
+  const char *noun;             /* for messages: "file", "export" */
+  bool uri;
+  bool (*claims) (const char *path);
   int (*open) (struct snapfg_device *dev, const char *path, bool readonly);
+  int (*create) (struct snapfg_device *dev, const char *path);
   void (*close) (struct snapfg_device *dev);
+  bool (*identity) (const struct snapfg_device *dev,
+                    struct device_identity *id);
   bool (*same) (const struct snapfg_device *a, const struct snapfg_device *b);
   bool (*is_named) (const struct snapfg_device *dev, const char *path);
+  int (*lock) (const struct snapfg_device *dev, bool exclusive);
+  int (*current_size) (const struct snapfg_device *dev, uint64_t *size);
   int (*pread) (const struct snapfg_device *dev, void *buf, size_t count,
                 uint64_t offset);
   int (*pwrite) (const struct snapfg_device *dev, const void *buf,
@@ -170,8 +223,20 @@ struct device_ops {
   int (*discard_contents) (struct snapfg_device *dev, uint64_t used);
 };
 
-extern const struct device_ops device_file_ops;   /* device.c */
-extern const struct device_ops device_nbd_ops;    /* device-nbd.c */
+/* The backends, listed once, in the order device_open asks them: those
+ * that recognise their names by their form first, the file backend
+ * last (it takes whatever is left, and its open says if that is not a
+ * regular file).  Adding a backend: a file of its own defining a struct
+ * device_ops, one line here, and the file in Makefile.am.
+ */
+#define SNAPFG_DEVICE_BACKENDS(X)                                        \
+  X (device_nbd_ops)            /* device-nbd.c: NBD URIs */             \
+  X (device_block_ops)          /* device-file.c: block devices */       \
+  X (device_file_ops)           /* device-file.c: regular files */
+
+#define DEVICE_BACKEND_DECLARE_(ops) extern const struct device_ops ops;
+SNAPFG_DEVICE_BACKENDS (DEVICE_BACKEND_DECLARE_)
+#undef DEVICE_BACKEND_DECLARE_
 
 /* For backends: record why the open in progress fails (printf-style),
  * for device_strerror (r).

@@ -109,11 +109,6 @@ struct snapfg_engine {
   enum snapfg_locking locking;
   enum snapfg_durability durability;  /* for the persistent stores */
 
-  /* copy_file_range failed with "not supported" for these files once:
-   * copy-outs go through a buffer from then on.
-   */
-  atomic_bool copy_by_hand;
-
   /* Test hook: SNAPFG_TEST_DELAY_US widens the race windows. */
   unsigned test_delay_us;
   /* Test hook: SNAPFG_TEST_MERGE_DELAY_US slows each merge batch, so that

@@ -22,7 +22,6 @@
 #include "vector.h"
 #include "catalogue.h"
 #include "checkpoint.h"
-#include "file-lock.h"
 #include "store-binding.h"
 #include "snapfg-log.h"
 
@@ -134,11 +133,6 @@ snapfg_engine_open (const struct snapfg_options *opts,
     /* Still usable for reading and for the snapshots' own writes. */
     r = device_open (&e->origin, opts->origin_path, true);
   }
-  if (r == -EINVAL && !device_is_uri (opts->origin_path)) {
-    snapfg_error ("origin=%s: not a regular file or block device",
-                  opts->origin_path);
-    goto err_free;
-  }
   if (r < 0) {
     snapfg_error ("origin=%s: cannot open: %s",
                   opts->origin_path, device_strerror (r));
@@ -150,19 +144,17 @@ snapfg_engine_open (const struct snapfg_options *opts,
    * writer is not (as with a shared activation in LVM).  An NBD export
    * cannot be locked.
    */
-  if (!e->origin.is_nbd) {
-    r = file_lock (e->origin.fd, !e->origin.readonly);
-    if (r < 0) {
-      if (r == -EAGAIN)
-        snapfg_error ("origin=%s: is in use (locked by another snapfg "
-                      "server, or a program such as QEMU); stop it first",
-                      opts->origin_path);
-      else
-        snapfg_error ("origin=%s: cannot lock it: %s", opts->origin_path,
-                      strerror (-r));
-      r = r == -EAGAIN ? -EBUSY : r;
-      goto err_close;
-    }
+  r = device_lock (&e->origin, !e->origin.readonly);
+  if (r < 0) {
+    if (r == -EAGAIN)
+      snapfg_error ("origin=%s: is in use (locked by another snapfg "
+                    "server, or a program such as QEMU); stop it first",
+                    opts->origin_path);
+    else
+      snapfg_error ("origin=%s: cannot lock it: %s", opts->origin_path,
+                    strerror (-r));
+    r = r == -EAGAIN ? -EBUSY : r;
+    goto err_close;
   }
   if (e->origin.size == 0) {
     snapfg_error ("origin=%s: is empty (size 0)", opts->origin_path);

@@ -153,12 +153,6 @@ binding_decode (const unsigned char in[STORE_BINDING_SIZE],
   return 0;
 }
 
-static uint64_t
-origin_ino (const struct snapfg_device *origin)
-{
-  return origin->is_block ? origin->st_rdev : origin->st_ino;
-}
-
 bool
 binding_origin_matches (const struct store_binding *b,
                         const struct snapfg_device *origin)
@@ -168,13 +162,15 @@ binding_origin_matches (const struct store_binding *b,
    * same inode.  A copy of it at another path is not: nothing says that
    * the copy and the store stayed together.
    */
+  struct device_identity id;
+
   if (b->origin_size != origin->size)
     return false;
   if (b->origin_hash == fnv1a64 (origin->path))
     return true;
-  return !origin->is_nbd && b->origin_ino != 0 &&
-    b->origin_ino == origin_ino (origin) &&
-    (origin->is_block || b->origin_dev == (uint64_t) origin->st_dev);
+  /* (A block device is recorded with device 0 and its device number.) */
+  return device_identity (origin, &id) && b->origin_ino != 0 &&
+    b->origin_ino == id.ino && b->origin_dev == id.dev;
 }
 
 void
@@ -182,6 +178,7 @@ binding_make (const struct binding_want *want, const struct store_binding *old,
               struct store_binding *b)
 {
   const struct snapfg_device *o = want->origin;
+  struct device_identity id = { 0, 0 };   /* an NBD export has none */
 
   memset (b, 0, sizeof *b);
   b->present = true;
@@ -200,8 +197,9 @@ binding_make (const struct binding_want *want, const struct store_binding *old,
     catalogue_uuid (b->uuid);
   b->created = old && old->present ? old->created : (int64_t) time (NULL);
   b->origin_size = o->size;
-  b->origin_dev = o->is_nbd || o->is_block ? 0 : o->st_dev;
-  b->origin_ino = o->is_nbd ? 0 : origin_ino (o);
+  device_identity (o, &id);
+  b->origin_dev = id.dev;
+  b->origin_ino = id.ino;
   b->origin_hash = fnv1a64 (o->path);
   snprintf (b->catalogue_id, sizeof b->catalogue_id, "%s",
             want->catalogue_id ? want->catalogue_id : "");

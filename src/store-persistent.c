@@ -377,8 +377,11 @@ zero_data_ahead (struct persistent_store *ps, size_t group)
   uint64_t start, end, window = ZERO_AHEAD_WINDOW >> st->chunk_shift;
   int r = 0;
 
+  /* A fixed-size disk (block device, NBD export) has no file system
+   * here allocating its blocks: nothing to gain.
+   */
   if (ps->zero_ahead_off || group > ZERO_AHEAD_MAX_GROUP ||
-      st->dev.is_nbd || window == 0)
+      st->dev.fixed_size || window == 0)
     return;
   if (ps->zeroed_end >= next + (ZERO_AHEAD_LOW >> st->chunk_shift))
     return;                     /* enough zeroed space ahead */

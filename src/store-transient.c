@@ -108,16 +108,15 @@ check_empty (const struct snapfg_store_params *params,
   r = device_is_all_zero (&st->dev);
   if (r < 0) {
     snapfg_error ("cow=%s: cannot read the COW %s: %s", params->path,
-                  device_is_uri (st->dev.path) ? "export" : "file",
-                  strerror (-r));
+                  device_noun (st->dev.path), strerror (-r));
     return r;
   }
   if (r == 0) {
-    snapfg_error ("cow=%s: the file holds data that is not an empty "
+    snapfg_error ("cow=%s: the %s holds data that is not an empty "
                   "store (a transient store needs a new, empty or all-zero "
                   "file; a transient COW file left by a crash must be "
                   "removed by hand); refusing to overwrite it",
-                  params->path);
+                  params->path, device_noun (params->path));
     return -EEXIST;
   }
   return 0;

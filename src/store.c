@@ -13,7 +13,6 @@
 #include "store.h"
 #include "exception-table.h"
 #include "snapfg-log.h"
-#include "file-lock.h"
 
 #define STORE_TYPE_ENTRY_(name, open, survives, summary)                 \
   { #name, open, survives, summary },
@@ -69,11 +68,12 @@ int
 store_open_device (const struct snapfg_store_params *params,
                    struct snapfg_store *st)
 {
-  bool is_uri = device_is_uri (params->path);
   int r;
 
-  /* An NBD export always exists: only a file may be created. */
-  if (!is_uri && !params->must_exist) {
+  /* Only a file may be created: an NBD export or a block device exists
+   * (device_create says -EEXIST).
+   */
+  if (!params->must_exist) {
     r = device_create (&st->dev, params->path);
     if (r == 0) {
       st->created = true;
@@ -87,14 +87,9 @@ store_open_device (const struct snapfg_store_params *params,
   }
 
   r = device_open (&st->dev, params->path, false);
-  if (r == -EINVAL && !is_uri) {
-    snapfg_error ("cow=%s: not a regular file or block device",
-                  params->path);
-    return r;
-  }
   if (r < 0) {
     snapfg_error ("cow=%s: cannot open the COW %s: %s", params->path,
-                  is_uri ? "export" : "file", device_strerror (r));
+                  device_noun (params->path), device_strerror (r));
     return r;
   }
   if (device_same (&st->dev, params->origin)) {
@@ -108,25 +103,23 @@ lock:
    * this one) cannot use the file meanwhile.  NBD exports cannot be
    * locked.
    */
-  if (!is_uri) {
-    r = file_lock (st->dev.fd, true);
-    if (r < 0) {
-      if (r == -EAGAIN)
-        snapfg_error ("cow=%s: the COW file is in use (locked by another "
-                      "snapfg server, or a program such as QEMU); stop it "
-                      "first, or use another file", params->path);
-      else
-        snapfg_error ("cow=%s: cannot lock the COW file: %s",
-                      params->path, strerror (-r));
-      /* A file we created a moment ago and someone else locked is
-       * theirs now: leave it.
-       */
-      if (st->created && r != -EAGAIN)
-        unlink (params->path);
-      st->created = false;
-      device_close (&st->dev);
-      return r == -EAGAIN ? -EBUSY : r;
-    }
+  r = device_lock (&st->dev, true);
+  if (r < 0) {
+    if (r == -EAGAIN)
+      snapfg_error ("cow=%s: the COW file is in use (locked by another "
+                    "snapfg server, or a program such as QEMU); stop it "
+                    "first, or use another file", params->path);
+    else
+      snapfg_error ("cow=%s: cannot lock the COW file: %s",
+                    params->path, strerror (-r));
+    /* A file we created a moment ago and someone else locked is
+     * theirs now: leave it.
+     */
+    if (st->created && r != -EAGAIN)
+      unlink (params->path);
+    st->created = false;
+    device_close (&st->dev);
+    return r == -EAGAIN ? -EBUSY : r;
   }
   return 0;
 }
