@@ -354,6 +354,11 @@ def cmd_load(a):
                and not any(wr.error for wr in writers)
                and time.monotonic() < deadline):
             time.sleep(0.05)
+        short = [wr.w for wr, b in zip(writers, base) if len(wr.acked) < b + K]
+        if short:
+            log("note: after 60 s writers %s had not rewritten all their %d "
+                "blocks since the last snapshot (the changed check will "
+                "say so)" % (short, K))
     stop.set()
     for wr in writers:
         wr.join()
