@@ -29,14 +29,20 @@ fail() {
 }
 
 # check_fail MESSAGE: record a failure and carry on; finish() fails the
-# test at the end.  Lets one run report every broken case.
+# test at the end.  Lets one run report every broken case.  Each failure
+# is also a line in $tmpdir/check-failures, which finish() counts, so
+# that one recorded in a subshell (a $(...), a pipeline, a background
+# job) is not lost with the subshell's variables.
 _check_failures=0
 check_fail() {
     echo "$test_name: FAIL: $*" >&2
     _check_failures=$((_check_failures + 1))
+    echo x >>"$tmpdir/check-failures"
 }
 finish() {
-    [ "$_check_failures" -eq 0 ] || fail "$_check_failures check(s) failed (see above)"
+    local n=0
+    [ ! -f "$tmpdir/check-failures" ] || n=$(wc -l <"$tmpdir/check-failures")
+    [ "$n" -eq 0 ] || fail "$n check(s) failed (see above)"
     info PASS
 }
 
