@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* snapfg: checkpoints — the chain of dirty bitmaps (see checkpoint.h). */
+/* snapfg: checkpoints — the chain of dirty bitmaps (see checkpoint.h).
+ *
+ * This file reopens the chain from the catalogue at start, closes it,
+ * writes it back to the catalogue and holds the engine's hooks (marking
+ * origin changes); creating and dropping are checkpoint-create.c, the
+ * queries checkpoint-query.c.
+ */
 
 #include <config.h>
 
@@ -13,55 +19,22 @@
 #include <pthread.h>
 
 #include "checkpoint.h"
+#include "checkpoint-internal.h"
 #include "cbt-bitmap.h"
 #include "catalogue.h"
 #include "engine-internal.h"
 #include "snapfg-log.h"
 
-#define MAX_NAME 128
-
-struct checkpoint {
-  char *name;
-  char *bitmap_path;
-  char *snapshot;               /* created with this snapshot, or NULL */
-  uint64_t seq;
-  int64_t created;
-  uint32_t granularity;
-  struct cbt_bitmap *bm;        /* NULL: the bitmap could not be opened */
-  bool lost;                    /* inconsistent whatever the bitmap says */
-  struct checkpoint *frozen;    /* prepared: the one its commit froze */
-};
-
-struct checkpoint_chain {
-  struct catalogue *cat;        /* NULL: no state=, no checkpoints */
-  uint32_t granularity;         /* for new checkpoints */
-  pthread_mutex_t lock;         /* commands; the list */
-  pthread_mutex_t io_lock;      /* see checkpoint.h */
-  struct checkpoint **list;     /* creation order: the last is active */
-  size_t n;
-  uint64_t next_seq;
-  /* A bitmap became inconsistent at run time and the catalogue does not
-   * say so yet (it is written at the next command or at close).
-   */
-  atomic_bool unrecorded;
-};
-
-static bool
-is_inconsistent (const struct checkpoint *cp)
+const char *
+checkpoint_state_of (const struct checkpoint_chain *c, size_t i)
 {
-  return cp->lost || cp->bm == NULL || atomic_load (&cp->bm->inconsistent);
-}
-
-static const char *
-state_of (const struct checkpoint_chain *c, size_t i)
-{
-  if (is_inconsistent (c->list[i]))
+  if (is_inconsistent (c->list.ptr[i]))
     return CATALOGUE_CHECKPOINT_INCONSISTENT;
-  return i == c->n - 1 ? CATALOGUE_CHECKPOINT_ACTIVE
+  return i == c->list.len - 1 ? CATALOGUE_CHECKPOINT_ACTIVE
     : CATALOGUE_CHECKPOINT_FROZEN;
 }
 
-static void
+void
 checkpoint_free (struct checkpoint *cp)
 {
   if (cp == NULL)
@@ -73,19 +46,16 @@ checkpoint_free (struct checkpoint *cp)
   free (cp);
 }
 
-static void
-note_inconsistent (struct cbt_bitmap *bm, void *opaque)
+void
+checkpoint_note_inconsistent (struct cbt_bitmap *bm, void *opaque)
 {
   struct checkpoint_chain *c = opaque;
 
   atomic_store (&c->unrecorded, true);
 }
 
-/* Rewrite the catalogue's checkpoint list as list[0..n) (the chain as it
- * is or is about to be), in one atomic rewrite.
- */
-static int
-records_write (struct checkpoint_chain *c, struct checkpoint **list,
+int
+checkpoint_records_write (struct checkpoint_chain *c, struct checkpoint **list,
                size_t n)
 {
   struct catalogue_checkpoint *recs = calloc (n ? n : 1, sizeof *recs);
@@ -113,12 +83,11 @@ records_write (struct checkpoint_chain *c, struct checkpoint **list,
   return r;
 }
 
-/* Record a run-time inconsistency that the catalogue does not hold yet. */
-static void
-record_pending (struct checkpoint_chain *c)
+void
+checkpoint_record_pending (struct checkpoint_chain *c)
 {
   if (c->cat && atomic_load (&c->unrecorded))
-    records_write (c, c->list, c->n);
+    checkpoint_records_write (c, c->list.ptr, c->list.len);
 }
 
 static int
@@ -156,8 +125,7 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
   if (r < 0)
     return r;
   qsort (recs, nrecs, sizeof *recs, compare_seq);
-  c->list = calloc (nrecs ? nrecs : 1, sizeof *c->list);
-  if (c->list == NULL) {
+  if (checkpoint_vector_reserve (&c->list, nrecs) < 0) {
     catalogue_checkpoints_free (recs, nrecs);
     return -ENOMEM;
   }
@@ -176,7 +144,7 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
     cp->seq = rec->seq;
     cp->created = rec->created;
     cp->granularity = rec->granularity;
-    c->list[c->n++] = cp;
+    c->list.ptr[c->list.len++] = cp;
     if (cp->name == NULL || cp->bitmap_path == NULL ||
         (rec->snapshot && cp->snapshot == NULL)) {
       catalogue_checkpoints_free (recs, nrecs);
@@ -198,7 +166,7 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
       cp->lost = true;
       continue;
     }
-    cp->bm->on_inconsistent = note_inconsistent;
+    cp->bm->on_inconsistent = checkpoint_note_inconsistent;
     cp->bm->opaque = c;
     if (cp->bm->granularity != cp->granularity) {
       snapfg_error ("checkpoint %s: bitmap %s has granularity %" PRIu32
@@ -220,12 +188,12 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
   /* The newest tracks again (marked in use first); the frozen ones are
    * complete and stay clean.
    */
-  for (size_t i = 0; i < c->n; ++i) {
-    struct checkpoint *cp = c->list[i];
+  for (size_t i = 0; i < c->list.len; ++i) {
+    struct checkpoint *cp = c->list.ptr[i];
 
     if (is_inconsistent (cp))
       continue;
-    if (i == c->n - 1) {
+    if (i == c->list.len - 1) {
       if (cbt_bitmap_set_dirty (cp->bm) == 0)
         atomic_store (&e->cbt_active, cp->bm);
       else
@@ -235,11 +203,11 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
       rewrite = true;
   }
   if (rewrite || atomic_load (&c->unrecorded))
-    records_write (c, c->list, c->n);
-  if (c->n)
-    snapfg_debug ("checkpoints: %zu reopened, %s active", c->n,
-                  atomic_load (&e->cbt_active) ? c->list[c->n - 1]->name
-                  : "none");
+    checkpoint_records_write (c, c->list.ptr, c->list.len);
+  if (c->list.len)
+    snapfg_debug ("checkpoints: %zu reopened, %s active", c->list.len,
+                  atomic_load (&e->cbt_active)
+                  ? c->list.ptr[c->list.len - 1]->name : "none");
   return 0;
 }
 
@@ -251,49 +219,31 @@ checkpoint_chain_close (struct snapfg_engine *e, bool clean)
   if (c == NULL)
     return;
   atomic_store (&e->cbt_active, NULL);
-  if (clean && c->n && !is_inconsistent (c->list[c->n - 1]))
-    cbt_bitmap_set_clean (c->list[c->n - 1]->bm);
-  record_pending (c);
-  for (size_t i = 0; i < c->n; ++i)
-    checkpoint_free (c->list[i]);
-  free (c->list);
+  if (clean && c->list.len && !is_inconsistent (c->list.ptr[c->list.len - 1]))
+    cbt_bitmap_set_clean (c->list.ptr[c->list.len - 1]->bm);
+  checkpoint_record_pending (c);
+  for (size_t i = 0; i < c->list.len; ++i)
+    checkpoint_free (c->list.ptr[i]);
+  checkpoint_vector_reset (&c->list);
   pthread_mutex_destroy (&c->lock);
   pthread_mutex_destroy (&c->io_lock);
   free (c);
   e->cbt = NULL;
 }
 
-/* --- names and lookups --- */
+/* --- lookups --- */
 
-static const char *
-check_name (const char *name)
+ssize_t
+checkpoint_find_locked (struct checkpoint_chain *c, const char *name)
 {
-  size_t len = strlen (name);
-
-  if (len == 0)
-    return "must not be empty";
-  if (len > MAX_NAME)
-    return "is longer than 128 characters";
-  if (name[0] == '.' || name[0] == '-')
-    return "must not start with '.' or '-'";
-  for (const char *p = name; *p; ++p)
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-          (*p >= '0' && *p <= '9') || strchr ("._-+@:", *p)))
-      return "may only hold letters, digits and . _ - + @ :";
-  return NULL;
-}
-
-static ssize_t
-find_locked (struct checkpoint_chain *c, const char *name)
-{
-  for (size_t i = 0; i < c->n; ++i)
-    if (strcmp (c->list[i]->name, name) == 0)
+  for (size_t i = 0; i < c->list.len; ++i)
+    if (strcmp (c->list.ptr[i]->name, name) == 0)
       return i;
   return -1;
 }
 
-static int
-need_catalogue (struct checkpoint_chain *c, const char *what)
+int
+checkpoint_need_catalogue (struct checkpoint_chain *c, const char *what)
 {
   if (c && c->cat)
     return 0;
@@ -302,442 +252,7 @@ need_catalogue (struct checkpoint_chain *c, const char *what)
   return -ENOTSUP;
 }
 
-/* --- creating --- */
 
-int
-checkpoint_prepare (struct snapfg_engine *e, const char *name,
-                    const char *snapshot, struct checkpoint **cpp)
-{
-  struct checkpoint_chain *c = e->cbt;
-  struct checkpoint *cp;
-  const char *problem;
-  int r;
-
-  if (c == NULL)
-    return need_catalogue (c, "checkpoint create");
-  pthread_mutex_lock (&c->lock);
-  r = need_catalogue (c, "checkpoint create");
-  if (r < 0)
-    goto err;
-  problem = check_name (name);
-  if (problem) {
-    snapfg_error ("checkpoint name \"%s\": %s", name, problem);
-    r = -EINVAL;
-    goto err;
-  }
-  if (find_locked (c, name) >= 0) {
-    snapfg_error ("checkpoint \"%s\" already exists (drop it first, or "
-                  "choose another name)", name);
-    r = -EEXIST;
-    goto err;
-  }
-  cp = calloc (1, sizeof *cp);
-  if (cp == NULL) {
-    r = -ENOMEM;
-    goto err;
-  }
-  cp->name = strdup (name);
-  cp->snapshot = snapshot ? strdup (snapshot) : NULL;
-  cp->bitmap_path = catalogue_state_file (c->cat, name, "cbt");
-  cp->granularity = c->granularity;
-  if (cp->name == NULL || cp->bitmap_path == NULL ||
-      (snapshot && cp->snapshot == NULL)) {
-    r = cp->bitmap_path ? -ENOMEM : -EINVAL;
-    checkpoint_free (cp);
-    goto err;
-  }
-  if (access (cp->bitmap_path, F_OK) == 0) {
-    /* Left behind by a server that died between making the file and
-     * recording it: ours (it has our magic) and unrecorded, so it can
-     * go.  Anything else is not touched.
-     */
-    struct cbt_bitmap *old;
-    char why[512];
-
-    if (cbt_bitmap_open (cp->bitmap_path, e->size, &old, why,
-                         sizeof why) == 0) {
-      cbt_bitmap_close (old);
-      snapfg_debug ("checkpoint %s: replacing the unrecorded bitmap %s",
-                    name, cp->bitmap_path);
-      unlink (cp->bitmap_path);
-    }
-  }
-  r = cbt_bitmap_create (cp->bitmap_path, cp->granularity, e->size,
-                         &cp->bm);
-  if (r < 0) {
-    checkpoint_free (cp);
-    goto err;
-  }
-  cp->bm->on_inconsistent = note_inconsistent;
-  cp->bm->opaque = c;
-  cp->created = cp->bm->created;
-  cp->seq = c->next_seq;
-  *cpp = cp;
-  return 0;                     /* c->lock stays held until finish/abandon */
-
- err:
-  pthread_mutex_unlock (&c->lock);
-  return r;
-}
-
-int
-checkpoint_commit_locked (struct snapfg_engine *e, struct checkpoint *cp)
-{
-  struct checkpoint_chain *c = e->cbt;
-  struct checkpoint **list;
-  int r;
-
-  list = realloc (c->list, (c->n + 1) * sizeof *list);
-  if (list == NULL)
-    return -ENOMEM;
-  c->list = list;
-  list[c->n] = cp;
-  /* The catalogue first: a crash after this restarts with cp active and
-   * the previous one frozen, which is exactly what the origin writes
-   * from now on (held off by the write side) will find.
-   */
-  r = records_write (c, list, c->n + 1);
-  if (r < 0)
-    return r;
-  pthread_mutex_lock (&c->io_lock);
-  cp->frozen = c->n ? c->list[c->n - 1] : NULL;
-  c->n++;
-  c->next_seq++;
-  atomic_store (&e->cbt_active, cp->bm);
-  pthread_mutex_unlock (&c->io_lock);
-  return 0;
-}
-
-void
-checkpoint_finish (struct snapfg_engine *e, struct checkpoint *cp)
-{
-  struct checkpoint_chain *c = e->cbt;
-
-  /* Nobody writes the frozen bitmap any more: make it durable and clean,
-   * so that an unclean system stop from now on leaves it consistent.
-   */
-  if (cp->frozen && !is_inconsistent (cp->frozen))
-    cbt_bitmap_set_clean (cp->frozen->bm);
-  cp->frozen = NULL;
-  record_pending (c);
-  snapfg_debug ("checkpoint %s created (granularity %" PRIu32 "%s%s)",
-                cp->name, cp->granularity, cp->snapshot ? ", with snapshot "
-                : "", cp->snapshot ? cp->snapshot : "");
-  pthread_mutex_unlock (&c->lock);
-}
-
-void
-checkpoint_abandon (struct snapfg_engine *e, struct checkpoint *cp)
-{
-  struct checkpoint_chain *c = e->cbt;
-
-  unlink (cp->bitmap_path);
-  checkpoint_free (cp);
-  pthread_mutex_unlock (&c->lock);
-}
-
-int
-snapfg_checkpoint_create (struct snapfg_engine *e, const char *name)
-{
-  struct checkpoint *cp;
-  int r;
-
-  r = checkpoint_prepare (e, name, NULL, &cp);
-  if (r < 0)
-    return r;
-  /* The instant: origin changes in flight finish in the old bitmap; the
-   * next ones find the new one.
-   */
-  percpu_rwlock_write_lock (&e->geometry);
-  r = checkpoint_commit_locked (e, cp);
-  percpu_rwlock_write_unlock (&e->geometry);
-  if (r < 0) {
-    snapfg_error ("checkpoint create %s: cannot record it in the catalogue",
-                  name);
-    checkpoint_abandon (e, cp);
-    return r;
-  }
-  checkpoint_finish (e, cp);
-  return 0;
-}
-
-void
-checkpoint_forget_snapshot (struct snapfg_engine *e, const char *snapshot)
-{
-  struct checkpoint_chain *c = e->cbt;
-  bool found = false;
-
-  if (c == NULL || c->cat == NULL)
-    return;
-  pthread_mutex_lock (&c->lock);
-  for (size_t i = 0; i < c->n; ++i)
-    if (c->list[i]->snapshot && strcmp (c->list[i]->snapshot, snapshot) == 0) {
-      free (c->list[i]->snapshot);
-      c->list[i]->snapshot = NULL;
-      found = true;
-    }
-  if (found && records_write (c, c->list, c->n) < 0)
-    snapfg_debug ("checkpoints: cannot record that snapshot %s is a new "
-                  "one (at the next change)", snapshot);
-  pthread_mutex_unlock (&c->lock);
-}
-
-/* --- dropping --- */
-
-/* Make cp inconsistent (its bitmap flags it too, if it has one). */
-static void
-make_inconsistent (struct checkpoint *cp, const char *why)
-{
-  if (cp->bm)
-    cbt_bitmap_set_inconsistent (cp->bm, why, 0);
-  else
-    cp->lost = true;
-}
-
-/* pred |= cp (durably); pred inconsistent if cp is or the write fails. */
-static void
-fold_into (struct checkpoint *pred, struct checkpoint *cp)
-{
-  int r;
-
-  if (is_inconsistent (pred))
-    return;                     /* refused anyway: nothing to keep exact */
-  if (is_inconsistent (cp)) {
-    make_inconsistent (pred, "a later checkpoint dropped into it was "
-                       "inconsistent");
-    return;
-  }
-  r = cbt_bitmap_or (pred->bm, cp->bm);
-  if (r < 0)
-    cbt_bitmap_set_inconsistent (pred->bm, "merging a dropped checkpoint's "
-                                 "bits into it failed", -r);
-}
-
-int
-snapfg_checkpoint_drop (struct snapfg_engine *e, const char *name)
-{
-  struct checkpoint_chain *c = e->cbt;
-  struct checkpoint *cp, *pred, **rest;
-  bool active;
-  ssize_t i;
-  int r;
-
-  if (c == NULL)
-    return need_catalogue (c, "checkpoint drop");
-  pthread_mutex_lock (&c->lock);
-  r = need_catalogue (c, "checkpoint drop");
-  if (r < 0)
-    goto out;
-  i = find_locked (c, name);
-  if (i < 0) {
-    snapfg_error ("checkpoint drop: no checkpoint named \"%s\"", name);
-    r = -ENOENT;
-    goto out;
-  }
-  cp = c->list[i];
-  pred = i > 0 ? c->list[i - 1] : NULL;
-  active = (size_t) i == c->n - 1;
-
-  /* The chain without cp, for the catalogue. */
-  rest = calloc (c->n, sizeof *rest);
-  if (rest == NULL) {
-    r = -ENOMEM;
-    goto out;
-  }
-  memcpy (rest, c->list, i * sizeof *rest);
-  memcpy (rest + i, c->list + i + 1, (c->n - i - 1) * sizeof *rest);
-
-  if (!active) {
-    /* Frozen: nobody writes cp or pred.  Its bits go into pred durably
-     * before the catalogue forgets it, so a crash in between leaves both
-     * (over-reporting from pred, never under-reporting).
-     */
-    if (pred)
-      fold_into (pred, cp);
-    r = records_write (c, rest, c->n - 1);
-  }
-  else {
-    /* The active one: pred (if any) takes over tracking, at an instant
-     * with no origin change in flight.  pred is marked in use first.
-     */
-    if (pred && !is_inconsistent (pred))
-      cbt_bitmap_set_dirty (pred->bm);
-    percpu_rwlock_write_lock (&e->geometry);
-    pthread_mutex_lock (&c->io_lock);
-    if (pred)
-      fold_into (pred, cp);
-    r = records_write (c, rest, c->n - 1);
-    if (r == 0)
-      atomic_store (&e->cbt_active,
-                    pred && !is_inconsistent (pred) ? pred->bm : NULL);
-    pthread_mutex_unlock (&c->io_lock);
-    percpu_rwlock_write_unlock (&e->geometry);
-  }
-  if (r < 0) {
-    snapfg_error ("checkpoint drop %s: cannot record it in the catalogue; "
-                  "the checkpoint is kept", name);
-    free (rest);
-    goto out;
-  }
-  free (c->list);
-  c->list = rest;
-  c->n--;
-  if (unlink (cp->bitmap_path) == -1)
-    snapfg_debug ("checkpoint %s: cannot remove %s: %m", name,
-                  cp->bitmap_path);
-  snapfg_debug ("checkpoint %s dropped%s%s", name,
-                pred ? "; its changes are now in " : "",
-                pred ? pred->name : "");
-  checkpoint_free (cp);
-  record_pending (c);
-
- out:
-  pthread_mutex_unlock (&c->lock);
-  return r;
-}
-
-/* --- queries --- */
-
-static uint64_t
-dirty_bytes (const struct cbt_bitmap *bm)
-{
-  uint64_t n = cbt_bitmap_count (bm) * bm->granularity;
-
-  /* The last granule may stick out past the origin's end. */
-  if (bm->granules && cbt_bitmap_test (bm, bm->granules - 1))
-    n -= ((uint64_t) bm->granules << bm->shift) - bm->origin_size;
-  return n;
-}
-
-int
-snapfg_checkpoint_list (struct snapfg_engine *e, snapfg_checkpoint_fn fn,
-                        void *opaque)
-{
-  struct checkpoint_chain *c = e->cbt;
-  int r = 0;
-
-  if (c == NULL)
-    return need_catalogue (c, "checkpoint list");
-  pthread_mutex_lock (&c->lock);
-  r = need_catalogue (c, "checkpoint list");
-  record_pending (c);
-  for (size_t i = 0; r == 0 && i < c->n; ++i) {
-    struct checkpoint *cp = c->list[i];
-    struct snapfg_checkpoint_info info = {
-      .name = cp->name,
-      .state = state_of (c, i),
-      .snapshot = cp->snapshot,
-      .bitmap = cp->bitmap_path,
-      .granularity = cp->granularity,
-      .created = cp->created,
-      .seq = cp->seq,
-      .dirty_bytes = cp->bm ? dirty_bytes (cp->bm) : 0,
-    };
-    r = fn (opaque, &info);
-  }
-  pthread_mutex_unlock (&c->lock);
-  return r;
-}
-
-int
-snapfg_checkpoint_changed (struct snapfg_engine *e, const char *since,
-                           const char *snapshot, uint32_t *granularity,
-                           snapfg_range_fn fn, void *opaque)
-{
-  struct checkpoint_chain *c = e->cbt;
-  struct cbt_bitmap *u = NULL;
-  ssize_t first, end;
-  uint32_t g;
-  int r;
-
-  if (c == NULL)
-    return need_catalogue (c, "changed --since");
-  pthread_mutex_lock (&c->lock);
-  r = need_catalogue (c, "changed --since");
-  if (r < 0)
-    goto out;
-  record_pending (c);
-  first = find_locked (c, since);
-  if (first < 0) {
-    snapfg_error ("changed: no checkpoint named \"%s\"", since);
-    r = -ENOENT;
-    goto out;
-  }
-  end = c->n;
-  if (snapshot) {
-    /* The newest checkpoint made with that snapshot marks its instant. */
-    for (end = c->n - 1; end >= 0; --end)
-      if (c->list[end]->snapshot &&
-          strcmp (c->list[end]->snapshot, snapshot) == 0)
-        break;
-    if (end < 0) {
-      snapfg_error ("changed: snapshot \"%s\" was not created with a "
-                    "checkpoint (create it with --checkpoint), or that "
-                    "checkpoint was dropped", snapshot);
-      r = -ENOENT;
-      goto out;
-    }
-    if (end < first) {
-      snapfg_error ("changed: checkpoint \"%s\" is newer than snapshot "
-                    "\"%s\" (its checkpoint is \"%s\")", since, snapshot,
-                    c->list[end]->name);
-      r = -EINVAL;
-      goto out;
-    }
-  }
-  /* Refuse before answering anything: never a silently short delta. */
-  for (ssize_t i = first; i < end; ++i)
-    if (is_inconsistent (c->list[i])) {
-      snapfg_error ("changed: checkpoint \"%s\" is inconsistent (the system "
-                    "stopped uncleanly or its bitmap could not be written), "
-                    "so the changes since \"%s\" are not known: a full "
-                    "backup is needed", c->list[i]->name, since);
-      r = -ESTALE;
-      goto out;
-    }
-
-  /* The union, at the finest granularity among its bitmaps. */
-  g = c->list[first]->granularity;
-  for (ssize_t i = first; i < end; ++i)
-    if (c->list[i]->granularity < g)
-      g = c->list[i]->granularity;
-  *granularity = g;
-  u = cbt_bitmap_new_memory (g, e->size);
-  if (u == NULL) {
-    r = -ENOMEM;
-    goto out;
-  }
-  for (ssize_t i = first; i < end && r == 0; ++i)
-    r = cbt_bitmap_or (u, c->list[i]->bm);
-  if (r < 0)
-    goto out;
-
-  /* Runs of set granules, as byte ranges clipped to the origin. */
-  for (uint64_t gi = 0; gi < u->granules && r == 0; ) {
-    uint64_t w = atomic_load (&u->words[gi >> 6]) >> (gi & 63);
-    uint64_t start, stop;
-
-    if (w == 0) {
-      gi = (gi | 63) + 1;       /* the rest of this word is clear */
-      continue;
-    }
-    gi += __builtin_ctzll (w);
-    start = gi;
-    while (gi < u->granules && cbt_bitmap_test (u, gi))
-      gi++;
-    stop = gi << u->shift;
-    if (stop > e->size)
-      stop = e->size;
-    r = fn (opaque, start << u->shift, stop - (start << u->shift));
-  }
-
- out:
-  cbt_bitmap_close (u);
-  pthread_mutex_unlock (&c->lock);
-  return r;
-}
-
-/* --- the engine's hooks --- */
 
 void
 checkpoint_track_unlocked (struct snapfg_engine *e, uint64_t offset,

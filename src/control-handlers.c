@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* snapfg: the control commands' handlers (see control-handlers.h). */
+/* snapfg: the control commands' handlers (see control-handlers.h): one
+ * function a command of control-commands.def, each turning a request
+ * into engine calls and a reply.  control-dispatch.c runs them.
+ */
 
 #include <config.h>
 
@@ -15,85 +18,9 @@
 #include "checkpoint.h"
 #include "device.h"
 #include "snapfg-log.h"
+#include "vector.h"
 
-/* --- capturing the engine's errors --- */
 
-/* Engine errors logged while a command runs on the control thread, one
- * per line; the reply carries the last one.  They are logged once the
- * outcome is known (see control_execute).  Only the control thread
- * writes these (the hook is installed on it alone), so they need not be
- * thread-local, which in a dlopened plugin would cost static TLS space.
- */
-static char captured[2048];
-static size_t captured_len;
-static char last_error[512];
-
-static void
-capture_error (const char *fmt, va_list args)
-{
-  int n;
-
-  vsnprintf (last_error, sizeof last_error, fmt, args);
-  n = snprintf (captured + captured_len, sizeof captured - captured_len,
-                "%s\n", last_error);
-  if (n > 0)
-    captured_len += (size_t) n < sizeof captured - captured_len
-      ? (size_t) n : sizeof captured - captured_len - 1;
-}
-
-void
-control_handlers_thread_init (void)
-{
-  snapfg_set_thread_error_hook (capture_error);
-}
-
-/* Did the request cause this error (a debug message), or is it the
- * server's trouble (an error in the log)?
- */
-static bool
-is_server_trouble (int err)
-{
-  switch (err) {
-  case EIO: case ENOMEM: case ENOSPC: case EDQUOT: case EROFS: case EFBIG:
-  case ENXIO: case ENODEV:
-    return true;
-  default:
-    return false;
-  }
-}
-
-/* snapfg_error on this thread would come back to capture_error. */
-void
-control_log_error (const char *fmt, ...)
-{
-  char msg[1024];
-  va_list args;
-
-  va_start (args, fmt);
-  vsnprintf (msg, sizeof msg, fmt, args);
-  va_end (args);
-  snapfg_set_thread_error_hook (NULL);
-  snapfg_error ("%s", msg);
-  snapfg_set_thread_error_hook (capture_error);
-}
-
-static void
-log_captured (bool as_error, const char *who)
-{
-  char *line = captured, *nl;
-
-  while (line < captured + captured_len &&
-         (nl = strchr (line, '\n')) != NULL) {
-    *nl = '\0';
-    if (as_error)
-      control_log_error ("%s%s", who, line);
-    else
-      snapfg_debug ("%s%s", who, line);
-    line = nl + 1;
-  }
-  captured_len = 0;
-  captured[0] = '\0';
-}
 
 /* --- JSON helpers --- */
 
@@ -140,41 +67,6 @@ set_real (json_t *obj, const char *key, double value, int decimals)
   json_object_set_new (obj, key,
                        json_real ((double) (int64_t) (value * scale + 0.5)
                                   / scale));
-}
-
-static char *
-dump_line (json_t *obj)
-{
-  char *s = json_dumps (obj, JSON_COMPACT | JSON_REAL_PRECISION (15));
-  size_t len;
-  char *line;
-
-  if (s == NULL)
-    return NULL;
-  len = strlen (s);
-  line = realloc (s, len + 2);
-  if (line == NULL) {
-    free (s);
-    return NULL;
-  }
-  line[len] = '\n';
-  line[len + 1] = '\0';
-  return line;
-}
-
-char *
-control_error_reply (const char *msg)
-{
-  json_t *obj = json_object ();
-  char *line;
-
-  if (obj == NULL)
-    return NULL;
-  json_object_set_new (obj, "ok", json_false ());
-  set_text (obj, "error", msg);
-  line = dump_line (obj);
-  json_decref (obj);
-  return line;
 }
 
 /* --- the handlers --- */
@@ -317,8 +209,7 @@ control_do_stats (struct control_call *call)
  * Only numbers go in here; the strings are encoded by jansson.
  */
 struct changed_state {
-  char *buf;
-  size_t len, cap;
+  char_vector buf;              /* NUL-terminated when not empty */
   bool failed;
   uint64_t bytes, count;
 };
@@ -328,23 +219,13 @@ append (struct changed_state *cs, const char *s, size_t n)
 {
   if (cs->failed)
     return;
-  if (cs->len + n + 1 > cs->cap) {
-    size_t cap = cs->cap ? cs->cap * 2 : 4096;
-    char *p;
-
-    while (cap < cs->len + n + 1)
-      cap *= 2;
-    p = realloc (cs->buf, cap);
-    if (p == NULL) {
-      cs->failed = true;
-      return;
-    }
-    cs->buf = p;
-    cs->cap = cap;
+  /* Room for the NUL too, then the bytes. */
+  if (char_vector_reserve (&cs->buf, n + 1) < 0 ||
+      char_vector_append_n (&cs->buf, s, n) < 0) {
+    cs->failed = true;
+    return;
   }
-  memcpy (cs->buf + cs->len, s, n);
-  cs->len += n;
-  cs->buf[cs->len] = '\0';
+  cs->buf.ptr[cs->buf.len] = '\0';
 }
 
 static int
@@ -369,7 +250,7 @@ static int
 changed_since (struct control_call *call, const char *since,
                const char *name)
 {
-  struct changed_state cs = { .buf = NULL }, out = { .buf = NULL };
+  struct changed_state cs = { .buf = { 0 } }, out = { .buf = { 0 } };
   json_t *head = json_object ();
   char *head_text = NULL;
   uint32_t granularity = 0;
@@ -394,7 +275,7 @@ changed_since (struct control_call *call, const char *since,
   }
   json_decref (head);
   if (r < 0 || cs.failed || head_text == NULL) {
-    free (cs.buf);
+    char_vector_reset (&cs.buf);
     free (head_text);
     return r < 0 ? r : -ENOMEM;
   }
@@ -402,16 +283,15 @@ changed_since (struct control_call *call, const char *since,
   len = strlen (head_text);
   append (&out, head_text, len - 1);
   append (&out, ",\"ranges\":[", 11);
-  if (cs.buf)
-    append (&out, cs.buf, cs.len);
+  append (&out, cs.buf.ptr, cs.buf.len);
   append (&out, "]}\n", 3);
-  free (cs.buf);
+  char_vector_reset (&cs.buf);
   free (head_text);
   if (out.failed) {
-    free (out.buf);
+    char_vector_reset (&out.buf);
     return -ENOMEM;
   }
-  call->raw_reply = out.buf;
+  call->raw_reply = out.buf.ptr;
   return 0;
 }
 
@@ -421,7 +301,7 @@ control_do_changed (struct control_call *call)
   const char *name = control_arg_string (call->req, "name");
   const char *since = control_arg_string (call->req, "since");
   struct snapfg_snapshot *s;
-  struct changed_state cs = { .buf = NULL };
+  struct changed_state cs = { .buf = { 0 } };
   json_t *jname;
   char *name_text, head[64];
   int r;
@@ -458,15 +338,15 @@ control_do_changed (struct control_call *call)
     append (&cs, head, n);
   }
   if (r < 0 || cs.failed) {
-    free (cs.buf);
+    char_vector_reset (&cs.buf);
     if (r == 0)
       r = -ENOMEM;
-    if (last_error[0] == '\0')
+    if (control_last_error ()[0] == '\0')
       snprintf (call->error, sizeof call->error, "changed %s: %s", name,
                 strerror (-r));
     return r;
   }
-  call->raw_reply = cs.buf;
+  call->raw_reply = cs.buf.ptr;
   return 0;
 }
 
@@ -595,71 +475,4 @@ control_do_checkpoint_list (struct control_call *call)
   }
   json_object_set_new (call->reply, "checkpoints", list);
   return 0;
-}
-
-/* --- the dispatcher --- */
-
-static control_handler *const handlers[CONTROL_NCOMMANDS] = {
-#define CONTROL_COMMAND(id, name, handler, flags, summary) \
-  [CONTROL_##id] = handler,
-#define CONTROL_ARG(cmd, key, type, flags, option, metavar, help)
-#include "control-commands.def"
-#undef CONTROL_COMMAND
-#undef CONTROL_ARG
-};
-
-char *
-control_execute (struct snapfg_engine *e, const struct control_request *req,
-                 const struct control_peer *peer)
-{
-  struct control_call call = {
-    .e = e, .req = req, .peer = peer,
-  };
-  bool action = req->command->flags & CONTROL_CMD_ACTION;
-  char who[160], *asked, *line;
-  int r;
-
-  last_error[0] = '\0';
-  captured_len = 0;
-  captured[0] = '\0';
-  call.reply = json_object ();
-  if (call.reply == NULL)
-    return NULL;
-  json_object_set_new (call.reply, "ok", json_true ());
-  r = handlers[req->command->cmd] (&call);
-  if (r < 0 && call.error[0] == '\0')
-    snprintf (call.error, sizeof call.error, "%s",
-              last_error[0] ? last_error : strerror (-r));
-
-  /* Who asked what, for the log.  The request is printed as JSON, so a
-   * name with odd characters cannot forge a log line.
-   */
-  asked = json_dumps (req->json, JSON_COMPACT);
-  snprintf (who, sizeof who, "control: pid %d uid %d: ", (int) peer->pid,
-            (int) peer->uid);
-  if (r < 0) {
-    /* What the engine said (with the details), else the handler's own
-     * message, logged with who asked.
-     */
-    bool trouble = is_server_trouble (-r);
-    if (captured_len == 0) {
-      snprintf (captured, sizeof captured, "%s\n", call.error);
-      captured_len = strlen (captured);
-    }
-    log_captured (trouble, who);
-    snapfg_debug ("%s%s: %s: refused", who, req->command->name,
-                  asked ? asked : "?");
-    line = control_error_reply (call.error);
-    free (call.raw_reply);
-  }
-  else {
-    log_captured (true, who);
-    if (action)
-      snapfg_notice ("%s%s: %s: done", who, req->command->name,
-                     asked ? asked : "?");
-    line = call.raw_reply ? call.raw_reply : dump_line (call.reply);
-  }
-  free (asked);
-  json_decref (call.reply);
-  return line;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* snapfg: the control commands' handlers and their dispatcher.
+/* snapfg: the control commands' handlers (control-handlers.c) and their
+ * dispatcher (control-dispatch.c).
  *
  * control-server.c reads request lines and hands each parsed request to
  * control_execute, which runs the command's handler (named in
@@ -57,6 +58,14 @@ extern char *control_execute (struct snapfg_engine *e,
 
 /* {"ok":false,"error":msg} and a newline (malloc'd). */
 extern char *control_error_reply (const char *msg);
+/* OBJ as one compact reply line, newline included (malloc'd; NULL when
+ * out of memory).
+ */
+extern char *control_dump_line (json_t *obj);
+/* The last error the engine logged during the running command ("" if
+ * none): a handler that has a better message gives it only then.
+ */
+extern const char *control_last_error (void);
 
 /* Call once on the thread that runs control_execute: engine errors on
  * it are captured for the replies instead of being logged at once.

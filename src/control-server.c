@@ -24,6 +24,7 @@
 #include "control-protocol.h"
 #include "control-handlers.h"
 #include "snapfg-log.h"
+#include "vector.h"
 
 struct control_server {
   struct snapfg_engine *e;
@@ -139,8 +140,8 @@ struct client {
   size_t in_len;
   bool discarding;              /* skipping the rest of an overlong line */
   bool done_reading;            /* EOF, or a refused client */
-  char *out;                    /* replies not yet written: out[off, len) */
-  size_t out_off, out_len, out_cap;
+  char_vector out;               /* replies not yet written: [out_off, len) */
+  size_t out_off;
 };
 
 static void client_cb (struct ev_loop *loop, ev_io *w, int revents);
@@ -153,14 +154,14 @@ client_close (struct client *c)
   *c->pprev = c->next;
   if (c->next)
     c->next->pprev = c->pprev;
-  free (c->out);
+  char_vector_reset (&c->out);
   free (c);
 }
 
 static size_t
 queued (const struct client *c)
 {
-  return c->out_len - c->out_off;
+  return c->out.len - c->out_off;
 }
 
 /* Queue a reply line (taking it), or an error if it could not be made. */
@@ -172,27 +173,14 @@ queue_reply (struct client *c, char *line)
   size_t len = strlen (text);
 
   if (c->out_off > 0) {         /* keep the queue at the buffer's start */
-    memmove (c->out, c->out + c->out_off, queued (c));
-    c->out_len -= c->out_off;
+    memmove (c->out.ptr, c->out.ptr + c->out_off, queued (c));
+    c->out.len -= c->out_off;
     c->out_off = 0;
   }
-  if (c->out_len + len > c->out_cap) {
-    size_t cap = c->out_cap ? c->out_cap : 4096;
-    char *p;
-
-    while (cap < c->out_len + len)
-      cap *= 2;
-    p = realloc (c->out, cap);
-    if (p == NULL) {
-      /* Nothing sensible to say: the client loses this reply. */
-      free (line);
-      return;
-    }
-    c->out = p;
-    c->out_cap = cap;
-  }
-  memcpy (c->out + c->out_len, text, len);
-  c->out_len += len;
+  /* On failure there is nothing sensible to say: the client loses this
+   * reply.
+   */
+  char_vector_append_n (&c->out, text, len);
   free (line);
 }
 
@@ -299,7 +287,7 @@ static void
 client_write (struct client *c)
 {
   while (queued (c) > 0) {
-    ssize_t n = write (c->fd, c->out + c->out_off, queued (c));
+    ssize_t n = write (c->fd, c->out.ptr + c->out_off, queued (c));
     if (n == -1) {
       if (errno == EAGAIN || errno == EINTR)
         break;
@@ -309,13 +297,10 @@ client_write (struct client *c)
     c->out_off += n;
   }
   if (queued (c) == 0) {
-    c->out_off = c->out_len = 0;
-    if (c->out_cap > 4 * CONTROL_MAX_QUEUED) {
-      /* A huge reply went out: give its memory back. */
-      free (c->out);
-      c->out = NULL;
-      c->out_cap = 0;
-    }
+    c->out_off = 0;
+    char_vector_clear (&c->out);
+    if (c->out.cap > 4 * CONTROL_MAX_QUEUED)
+      char_vector_reset (&c->out);  /* a huge reply went out: memory back */
   }
   /* Room again: the requests held back meanwhile. */
   process_lines (c);

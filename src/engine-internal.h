@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: engine internals shared by the engine's own files (engine.c,
+ * engine-snapshot.c, engine-snapshot-create.c, engine-test-hooks.c,
  * io-origin.c, io-snapshot.c, copy-out.c, merge.c).  Not for the plugin,
  * the control server or snapfgctl, which use engine.h.
  */
@@ -216,6 +217,28 @@ extern const char *merge_prepare_locked (struct snapfg_engine *e,
                                          struct snapfg_snapshot *s, int *r);
 
 /* Die here if the test hook asks for it. */
+/* Read SNAPFG_TEST_CRASH_AT / SNAPFG_TEST_FAIL_AT's value SPEC (NULL:
+ * not set) into the engine (engine-test-hooks.c).
+ */
+extern void engine_parse_fault_point (struct snapfg_engine *e,
+                                      const char *spec);
+extern void engine_parse_fail_point (struct snapfg_engine *e,
+                                     const char *spec);
+/* The snapshot list (engine.c), kept under the geometry lock: the
+ * snapshot named NAME (NULL: none) and the smallest chunk size (0: no
+ * snapshot).  Called with the geometry lock held, either side.
+ */
+extern struct snapfg_snapshot *
+engine_find_snapshot_locked (struct snapfg_engine *e, const char *name);
+extern uint32_t engine_min_chunk_size (const struct snapfg_engine *e);
+/* On the list of live snapshots (engine_live_lock), which outlives a
+ * drop while connections hold the snapshot.
+ */
+extern void snapshot_live_insert (struct snapfg_snapshot *s);
+/* Free a snapshot that no one refers to any more; CLEAN: its store
+ * closes cleanly (persistent: flushed, transient: given back).
+ */
+extern void snapshot_free (struct snapfg_snapshot *s, bool clean);
 extern void engine_fault_point (struct snapfg_engine *e,
                                 enum fault_point where);
 

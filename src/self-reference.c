@@ -37,20 +37,18 @@
 #include <sys/stat.h>
 
 #include "self-reference.h"
+#include "vector.h"
 
-struct inode_set {
-  unsigned long *v;
-  size_t n;
-};
+/* The inodes of our open sockets. */
+DEFINE_VECTOR_TYPE (inode_set, unsigned long);
 
 static void
-our_socket_inodes (struct inode_set *set)
+our_socket_inodes (inode_set *set)
 {
   DIR *d = opendir ("/proc/self/fd");
   struct dirent *de;
 
-  set->v = NULL;
-  set->n = 0;
+  *set = (inode_set) { 0 };
   if (d == NULL)
     return;
   while ((de = readdir (d)) != NULL) {
@@ -63,22 +61,18 @@ our_socket_inodes (struct inode_set *set)
     if (len <= 0)
       continue;
     target[len] = '\0';
-    if (sscanf (target, "socket:[%lu]", &ino) == 1) {
-      unsigned long *v = realloc (set->v, (set->n + 1) * sizeof *v);
-      if (v == NULL)
-        break;
-      set->v = v;
-      set->v[set->n++] = ino;
-    }
+    if (sscanf (target, "socket:[%lu]", &ino) == 1 &&
+        inode_set_append (set, ino) < 0)
+      break;
   }
   closedir (d);
 }
 
 static bool
-in_set (const struct inode_set *set, unsigned long ino)
+in_set (const inode_set *set, unsigned long ino)
 {
-  for (size_t i = 0; i < set->n; ++i)
-    if (set->v[i] == ino)
+  for (size_t i = 0; i < set->len; ++i)
+    if (set->ptr[i] == ino)
       return true;
   return false;
 }
@@ -88,26 +82,20 @@ static char *
 read_cmdline (size_t *len)
 {
   FILE *fp = fopen ("/proc/self/cmdline", "re");
-  char *buf = NULL;
-  size_t cap = 0, n = 0;
+  char_vector buf = { 0 };
   size_t got;
 
   if (fp == NULL)
     return NULL;
   do {
-    if (n + 4096 > cap) {
-      char *b = realloc (buf, cap + 8192);
-      if (b == NULL)
-        break;
-      buf = b;
-      cap += 8192;
-    }
-    got = fread (buf + n, 1, cap - n, fp);
-    n += got;
+    if (char_vector_reserve (&buf, 4096) < 0)
+      break;
+    got = fread (buf.ptr + buf.len, 1, buf.cap - buf.len, fp);
+    buf.len += got;
   } while (got > 0);
   fclose (fp);
-  *len = n;
-  return buf;
+  *len = buf.len;
+  return buf.ptr;
 }
 
 /* The value of nbdkit option short/long (e.g. "-U", "--unix") on its
@@ -164,7 +152,7 @@ same_socket_path (const char *a, const char *b)
 static bool
 is_own_unix_socket (const char *path, char *ours, size_t ourslen)
 {
-  struct inode_set set;
+  inode_set set;
   FILE *fp;
   char line[PATH_MAX + 256];
   bool found = false;
@@ -192,7 +180,7 @@ is_own_unix_socket (const char *path, char *ours, size_t ourslen)
     }
     fclose (fp);
   }
-  free (set.v);
+  inode_set_reset (&set);
   return found;
 }
 
@@ -201,7 +189,7 @@ static bool
 listens_on_port (unsigned port)
 {
   static const char *const files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
-  struct inode_set set;
+  inode_set set;
   bool found = false;
   char opt[64];
 
@@ -235,7 +223,7 @@ listens_on_port (unsigned port)
     }
     fclose (fp);
   }
-  free (set.v);
+  inode_set_reset (&set);
   return found;
 }
 

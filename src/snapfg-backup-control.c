@@ -18,34 +18,21 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "cleanup.h"
 #include "snapfg-backup.h"
+#include "vector.h"
 
-static int
-write_all (int fd, const char *buf, size_t len)
-{
-  while (len > 0) {
-    ssize_t n = write (fd, buf, len);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    buf += n;
-    len -= n;
-  }
-  return 0;
-}
 
 json_t *
 control_call (const char *socket_path, json_t *req, char *err, size_t err_len)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
-  char *line = NULL, *text;
-  size_t len = 0, cap = 0;
+  CLEANUP (char_vector_reset) char_vector line = { 0 };
+  CLEANUP_FREE char *text = NULL;
+  CLEANUP_CLOSE int fd = -1;
   json_t *reply, *ok;
   json_error_t jerr;
   const char *cmd = json_string_value (json_object_get (req, "cmd"));
-  int fd;
 
   if (strlen (socket_path) >= sizeof addr.sun_path) {
     snprintf (err, err_len, "%s: control socket path too long", socket_path);
@@ -57,59 +44,44 @@ control_call (const char *socket_path, json_t *req, char *err, size_t err_len)
     snprintf (err, err_len, "cannot connect to the control socket %s: %s "
               "(is the server running with control=%s?)",
               socket_path, strerror (errno), socket_path);
-    if (fd >= 0)
-      close (fd);
     return NULL;
   }
 
   text = json_dumps (req, JSON_COMPACT);
   if (text == NULL) {
     snprintf (err, err_len, "out of memory");
-    close (fd);
     return NULL;
   }
   if (write_all (fd, text, strlen (text)) == -1 ||
       write_all (fd, "\n", 1) == -1) {
     snprintf (err, err_len, "writing to %s: %s", socket_path,
               strerror (errno));
-    free (text);
-    close (fd);
     return NULL;
   }
-  free (text);
 
   for (;;) {
     ssize_t n;
 
-    if (cap - len < 4096) {
-      char *p = realloc (line, cap * 2 + 8192);
-      if (p == NULL) {
-        snprintf (err, err_len, "out of memory reading the reply");
-        free (line);
-        close (fd);
-        return NULL;
-      }
-      line = p;
-      cap = cap * 2 + 8192;
+    /* Room for a read of at least 4K and the terminating byte. */
+    if (char_vector_reserve (&line, 4096 + 1) < 0) {
+      snprintf (err, err_len, "out of memory reading the reply");
+      return NULL;
     }
-    n = read (fd, line + len, cap - len - 1);
+    n = read (fd, line.ptr + line.len, line.cap - line.len - 1);
     if (n == -1 && errno == EINTR)
       continue;
     if (n <= 0)
       break;
-    len += n;
-    if (memchr (line + len - n, '\n', n))
+    line.len += n;
+    if (memchr (line.ptr + line.len - n, '\n', n))
       break;
   }
-  close (fd);
-  if (len == 0) {
+  if (line.len == 0) {
     snprintf (err, err_len, "no reply from %s to \"%s\"", socket_path,
               cmd ? cmd : "?");
-    free (line);
     return NULL;
   }
-  reply = json_loadb (line, len, JSON_DISABLE_EOF_CHECK, &jerr);
-  free (line);
+  reply = json_loadb (line.ptr, line.len, JSON_DISABLE_EOF_CHECK, &jerr);
   if (reply == NULL || !json_is_object (reply)) {
     snprintf (err, err_len, "unreadable reply from %s to \"%s\": %s",
               socket_path, cmd ? cmd : "?", reply ? "not an object" : jerr.text);

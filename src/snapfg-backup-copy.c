@@ -145,8 +145,7 @@ progress (const char *what, uint64_t done, uint64_t total, double start,
     progress_on = true;
 }
 
-/* Called by backup_error before it prints. */
-void copy_end_progress_line (void);
+/* Called by backup_error and backup_info before they print. */
 void
 copy_end_progress_line (void)
 {

@@ -31,6 +31,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/crypto.h>
 
+#include "cleanup.h"
 #include "rounding.h"
 #include "snapfg-backup.h"
 
@@ -44,7 +45,38 @@ fsync_dir (int dirfd)
   return fsync (dirfd);
 }
 
-static int
+int
+fsync_file (int dirfd, const char *name)
+{
+  int fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  int r, saved_errno;
+
+  if (fd == -1)
+    return -1;
+  r = fsync (fd);
+  saved_errno = errno;
+  close (fd);
+  errno = saved_errno;
+  return r;
+}
+
+unsigned char *
+sums_new_zero (uint64_t block, uint64_t size)
+{
+  uint64_t nb = div_round_up (size, block);
+  unsigned char z[SHA256_LEN], zl[SHA256_LEN];
+  unsigned char *sums = malloc (nb * SHA256_LEN + 1);
+
+  if (sums == NULL)
+    return NULL;
+  sha256_zero (block, z);
+  sha256_zero (size - (nb - 1) * block, zl);
+  for (uint64_t b = 0; b < nb; ++b)
+    memcpy (sums + b * SHA256_LEN, b == nb - 1 ? zl : z, SHA256_LEN);
+  return sums;
+}
+
+int
 write_all (int fd, const void *buf, size_t len)
 {
   const char *p = buf;
@@ -206,9 +238,9 @@ sums_read (int dirfd, const char *name, uint64_t block, uint64_t size,
 {
   unsigned char head[32];
   uint64_t n = block_count (block, size), v[3];
-  unsigned char *sums;
+  CLEANUP_FREE unsigned char *sums = NULL;
+  CLEANUP_CLOSE int fd = -1;
   struct stat st;
-  int fd;
 
   fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
   if (fd == -1) {
@@ -218,7 +250,6 @@ sums_read (int dirfd, const char *name, uint64_t block, uint64_t size,
   if (fstat (fd, &st) == -1 || read_all (fd, head, sizeof head) == -1 ||
       memcmp (head, SUMS_MAGIC, 8) != 0) {
     snprintf (err, err_len, "%s: not a snapfg-backup sums file", name);
-    close (fd);
     return NULL;
   }
   memcpy (v, head + 8, sizeof v);
@@ -228,19 +259,15 @@ sums_read (int dirfd, const char *name, uint64_t block, uint64_t size,
               "(block %" PRIu64 ", size %" PRIu64 "; expected %" PRIu64
               " and %" PRIu64 ")", name, le64toh (v[0]), le64toh (v[1]),
               block, size);
-    close (fd);
     return NULL;
   }
   sums = malloc (n * SHA256_LEN + 1);
   if (sums == NULL || read_all (fd, sums, n * SHA256_LEN) == -1) {
     snprintf (err, err_len, "%s: %s", name,
               sums ? "short read" : "out of memory");
-    free (sums);
-    close (fd);
     return NULL;
   }
-  close (fd);
-  return sums;
+  return TAKE_PTR (sums);
 }
 
 void

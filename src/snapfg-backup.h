@@ -3,7 +3,11 @@
 /* snapfg-backup: full and incremental backups of a snapfg origin into a
  * chain of qcow2 images.  Declarations shared by its source files:
  *
- *   snapfg-backup.c           command line, the backup and restore runs
+ *   snapfg-backup.c           command line, messages, running qemu-img
+ *   snapfg-backup-run.c       the backup command (one run)
+ *   snapfg-backup-restore.c   the restore command
+ *   snapfg-backup-dir.c       the backup directory: lock, names, leftovers
+ *   snapfg-backup-nbd.c       NBD connections (server, qemu-nbd), extents
  *   snapfg-backup-control.c   the control socket client (JSON lines)
  *   snapfg-backup-copy.c      the libnbd copy engine (many requests in
  *                             flight over several connections)
@@ -41,6 +45,65 @@ extern void backup_error (const char *fmt, ...)
 extern void backup_info (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 
+/* The command line's options, as main checked them. */
+struct backup_options {
+  const char *socket;
+  const char *uri;
+  const char *cow_dir;          /* absolute, or NULL */
+  bool full;
+  long at;                      /* -1: the latest run */
+  const char *format;
+};
+
+/* The two commands; each returns an exit status. */
+extern int cmd_backup (const struct backup_options *o, const char *dir_path);
+extern int cmd_restore (const struct backup_options *o, const char *dir_path,
+                        const char *out);
+
+/* Run ARGV (no shell) with stdout to /dev/null; in DIR if not NULL.
+ * 0, or -1 after a message.
+ */
+extern int run_command (const char *dir, char *const argv[]);
+
+/* A reply's member KEY as a number (0 when absent or not positive) or
+ * as a string (NULL when absent or not a string).
+ */
+static inline uint64_t
+json_u64 (json_t *obj, const char *key)
+{
+  json_int_t v = json_integer_value (json_object_get (obj, key));
+
+  return v > 0 ? (uint64_t) v : 0;
+}
+
+static inline const char *
+json_str (json_t *obj, const char *key)
+{
+  return json_string_value (json_object_get (obj, key));
+}
+
+/* --- the backup directory --- */
+
+struct backup_dir {
+  const char *path;
+  int fd;
+  int lock_fd;
+};
+
+/* Open DIR (creating it if asked); 0, or -1 after a message. */
+extern int open_backup_dir (const char *path, bool create,
+                            struct backup_dir *d);
+/* Only one run at a time in a directory. */
+extern int lock_backup_dir (struct backup_dir *d);
+/* A directory without a manifest may start a chain only if it is empty
+ * or holds only an interrupted first run's leftovers.
+ */
+extern int check_new_dir (struct backup_dir *d);
+/* Remove what interrupted runs left, finish a rename a crash cut short;
+ * LAST is the manifest's last run (NULL: none).
+ */
+extern int clean_leftovers (struct backup_dir *d, json_t *last);
+
 /* --- control socket client --- */
 
 /* Send REQ (not consumed) to the control socket and read the reply.
@@ -50,11 +113,34 @@ extern void backup_info (const char *fmt, ...)
 extern json_t *control_call (const char *socket_path, json_t *req,
                              char *err, size_t err_len);
 
-/* --- copy engine --- */
+/* --- NBD connections --- */
 
 struct copy_range {
   uint64_t offset, length;
 };
+
+struct nbd_handle;
+/* Connect to the server named by URI and stop in option mode, before an
+ * export is chosen; open_export then finishes negotiating EXPORT.
+ * connect_export does both.  All print a message when they fail.
+ */
+extern struct nbd_handle *connect_server (const char *uri, bool want_extents);
+extern int open_export (struct nbd_handle *h, const char *uri,
+                        const char *export);
+extern struct nbd_handle *connect_export (const char *uri, const char *export);
+/* Close H (NULL is fine), however far it got. */
+extern void disconnect (struct nbd_handle *h);
+/* A local image through qemu-nbd, started by socket activation. */
+extern struct nbd_handle *open_image (const char *path, const char *format,
+                                      bool readonly);
+/* The ranges of H that may hold data, rounded out to BLOCK (malloc'd). */
+extern int data_ranges (struct nbd_handle *h, uint64_t size, uint64_t block,
+                        struct copy_range **out, size_t *nout);
+/* Sort and merge ranges, rounding each out to BLOCK; the new count. */
+extern size_t normalise_ranges (struct copy_range *r, size_t n,
+                                uint64_t block, uint64_t size);
+
+/* --- copy engine --- */
 
 struct copy_job {
   struct nbd_handle **src;      /* connections to the snapshot */
@@ -73,6 +159,11 @@ struct copy_job {
   /* Results. */
   uint64_t bytes_read, bytes_written, bytes_zeroed;
 };
+
+/* Ends the copy's progress line, if one is showing (backup_error and
+ * backup_info call it before they print).
+ */
+extern void copy_end_progress_line (void);
 
 /* Copy (or with dst NULL, only read and checksum) every range.  Waits
  * for every request in flight before returning, even on failure.
@@ -111,7 +202,17 @@ extern void sums_digest (const unsigned char *sums, uint64_t block,
                          const struct copy_range *ranges, size_t nranges,
                          uint64_t size, unsigned char out[SHA256_LEN]);
 
-/* fsync a directory. */
+/* New sums for a disk of SIZE that reads as zero everywhere (the copy
+ * skips holes): malloc'd, NULL when out of memory.
+ */
+extern unsigned char *sums_new_zero (uint64_t block, uint64_t size);
+
+/* fsync a directory; fsync the file NAME in DIRFD (AT_FDCWD: a path).
+ * Both keep errno for the caller's message.
+ */
 extern int fsync_dir (int dirfd);
+extern int fsync_file (int dirfd, const char *name);
+/* write(2) all of BUF, through EINTR and short writes. */
+extern int write_all (int fd, const void *buf, size_t len);
 
 #endif

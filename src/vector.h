@@ -9,16 +9,21 @@
  *   typedef struct { struct store_pair *ptr; size_t len, cap; } pair_vector;
  *   int  pair_vector_reserve (pair_vector *v, size_t n);   room for n more
  *   int  pair_vector_append (pair_vector *v, struct store_pair elem);
+ *   int  pair_vector_append_n (pair_vector *v, const struct store_pair *p,
+ *                              size_t n);             copies n elements of p
  *   void pair_vector_remove (pair_vector *v, size_t i);    keeps the order
  *   void pair_vector_clear (pair_vector *v);               len = 0, keeps memory
  *   void pair_vector_reset (pair_vector *v);               frees, back to empty
  *
  * A zero-initialised vector ({ 0 } or calloc) is empty and valid.
- * reserve and append return 0, -ENOMEM (the allocation failed) or
+ * reserve, append and append_n return 0, -ENOMEM (the allocation failed) or
  * -EOVERFLOW (the size in bytes would not fit in a size_t); on error the
  * vector is unchanged.  The capacity doubles, so n appends cost O(n).
  * ptr may move on reserve or append: do not keep pointers into the array
  * across them.
+ *
+ * char_vector (a growable byte buffer: replies, lines read from a
+ * socket) is defined here once for everyone.
  */
 #ifndef SNAPFG_VECTOR_H
 #define SNAPFG_VECTOR_H
@@ -90,6 +95,19 @@ vector_reserve_ (void **ptr, size_t *cap, size_t len, size_t n,
     return 0;                                                           \
   }                                                                     \
                                                                         \
+  static inline __attribute__ ((unused)) int                            \
+  name##_append_n (name *v, const type *elems, size_t n)                \
+  {                                                                     \
+    int r = name##_reserve (v, n);                                      \
+                                                                        \
+    if (r < 0)                                                          \
+      return r;                                                         \
+    if (n > 0)                  /* elems may be NULL then */            \
+      memcpy (&v->ptr[v->len], elems, n * sizeof (type));               \
+    v->len += n;                                                        \
+    return 0;                                                           \
+  }                                                                     \
+                                                                        \
   static inline __attribute__ ((unused)) void                           \
   name##_remove (name *v, size_t i)                                     \
   {                                                                     \
@@ -112,5 +130,7 @@ vector_reserve_ (void **ptr, size_t *cap, size_t len, size_t n,
     v->len = v->cap = 0;                                                \
   }                                                                     \
   struct name##_semicolon_ /* so that the macro takes a ';' */
+
+DEFINE_VECTOR_TYPE (char_vector, char);
 
 #endif

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* Unit test of src/vector.h: append and reserve grow the array and keep
- * its contents, remove keeps the order, and a reserve that cannot fit
- * in memory or in a size_t fails with the vector unchanged.
+/* Unit test of src/vector.h: append, append_n and reserve grow the
+ * array and keep its contents, remove keeps the order, and a reserve
+ * that cannot fit in memory or in a size_t fails with the vector
+ * unchanged.
  */
 
 #include <config.h>
@@ -70,6 +71,31 @@ main (void)
   CHECK (pv.ptr[999].a == 999 && pv.ptr[999].b == 1998);
   CHECK (pair_vector_reserve (&pv, 0) == 0);
 
+  /* append_n copies a run after what is there, across reallocations;
+   * zero elements (even from NULL) change nothing.
+   */
+  {
+    char_vector cv = { 0 };
+    char chunk[3000];
+
+    for (size_t i = 0; i < sizeof chunk; ++i)
+      chunk[i] = (char) (i % 251);
+    CHECK (char_vector_append_n (&cv, NULL, 0) == 0);
+    CHECK (cv.len == 0);
+    CHECK (char_vector_append_n (&cv, "abc", 3) == 0);
+    for (int i = 0; i < 10; ++i)
+      CHECK (char_vector_append_n (&cv, chunk, sizeof chunk) == 0);
+    CHECK (cv.len == 3 + 10 * sizeof chunk && cv.cap >= cv.len);
+    CHECK (memcmp (cv.ptr, "abc", 3) == 0);
+    for (int i = 0; i < 10; ++i)
+      CHECK (memcmp (cv.ptr + 3 + i * sizeof chunk, chunk,
+                     sizeof chunk) == 0);
+    cap = cv.cap;
+    CHECK (char_vector_append_n (&cv, chunk, SIZE_MAX) == -EOVERFLOW);
+    CHECK (cv.len == 3 + 10 * sizeof chunk && cv.cap == cap);
+    char_vector_reset (&cv);
+  }
+
   /* Overflow: len + n past SIZE_MAX, and n elements whose bytes do not
    * fit in a size_t, fail with EOVERFLOW and change nothing.
    */
@@ -94,7 +120,7 @@ main (void)
 
   pair_vector_reset (&pv);
   big_vector_reset (&bv);
-  printf ("vector: append, reserve, remove, clear, reset, overflow and "
-          "out of memory: ok\n");
+  printf ("vector: append, append_n, reserve, remove, clear, reset, "
+          "overflow and out of memory: ok\n");
   return EXIT_SUCCESS;
 }

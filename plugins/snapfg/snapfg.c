@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: nbdkit plugin serving a live origin and point-in-time snapshots
- * of it with dm-snapshot semantics.  This file is the glue: it parses
- * parameters and maps nbdkit callbacks onto the engine in src/.
+ * of it with dm-snapshot semantics.  This file is the glue: it starts
+ * the engine from the parameters (parsed in snapfg-params.c) and maps
+ * nbdkit's callbacks onto the engine in src/.
  */
 
 #include <config.h>
@@ -19,35 +20,11 @@
 #include "engine.h"
 #include "cbt-bitmap.h"
 #include "checkpoint.h"
-#include "device.h"
-#include "store-types.h"
-#include "vector.h"
 #include "control-server.h"
 #include "catalogue.h"
 #include "snapfg-log.h"
+#include "snapfg-params.h"
 
-/* Parameters (see nbdkit-snapfg-plugin(1)). */
-static char *origin_path;
-static char *cow_path;
-
-/* snapshot=NAME:COW, repeatable: more snapshots at start-up. */
-struct startup_snapshot {
-  char *name;
-  char *cow_path;
-};
-DEFINE_VECTOR_TYPE (startup_snapshot_vector, struct startup_snapshot);
-static startup_snapshot_vector extra_snapshots;
-static char *store_type;               /* NULL: the default */
-static int64_t chunk_size = SNAPFG_DEFAULT_CHUNK_SIZE;
-static int64_t cow_size;
-static int64_t block_size = SNAPFG_DEFAULT_BLOCK_SIZE;
-static enum snapfg_locking locking = SNAPFG_LOCKING_STRIPED;
-static enum snapfg_durability durability = SNAPFG_DURABILITY_SYNC;
-static char *control_path;
-static unsigned max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS;
-static char *state_path;
-static int64_t cbt_granularity = CBT_DEFAULT_GRANULARITY;
-static bool cbt_granularity_given;
 
 static struct snapfg_engine *engine;
 static struct catalogue *catalogue;
@@ -97,191 +74,7 @@ plugin_unload (void)
   /* After the engine: it (and its checkpoints) record into it. */
   catalogue_close (catalogue);
   catalogue = NULL;
-  free (state_path);
-  free (origin_path);
-  free (cow_path);
-  for (size_t i = 0; i < extra_snapshots.len; ++i) {
-    free (extra_snapshots.ptr[i].name);
-    free (extra_snapshots.ptr[i].cow_path);
-  }
-  startup_snapshot_vector_reset (&extra_snapshots);
-  free (control_path);
-  free (store_type);
-}
-
-/* Parse a size parameter; nbdkit_parse_size names the value on error. */
-static int
-parse_size_param (const char *key, const char *value, int64_t *out)
-{
-  int64_t size = nbdkit_parse_size (value);
-
-  if (size == -1) {
-    /* nbdkit's own message does not say which parameter it was. */
-    nbdkit_error ("%s=%s: not a valid size", key, value);
-    return -1;
-  }
-  *out = size;
-  return 0;
-}
-
-static int
-plugin_config (const char *key, const char *value)
-{
-  const char *problem;
-
-  if (strcmp (key, "origin") == 0) {
-    free (origin_path);
-    /* An NBD URI is kept exactly as given (it is also its identity). */
-    if (!device_is_uri (value))
-      origin_path = nbdkit_realpath (value);
-    else if ((origin_path = strdup (value)) == NULL)
-      nbdkit_error ("strdup: %m");
-    if (origin_path == NULL)
-      return -1;
-  }
-  else if (strcmp (key, "cow") == 0) {
-    free (cow_path);
-    /* The COW file may not exist yet: make the path absolute without
-     * resolving it.  An NBD URI is kept as it is.
-     */
-    if (!device_is_uri (value))
-      cow_path = nbdkit_absolute_path (value);
-    else if ((cow_path = strdup (value)) == NULL)
-      nbdkit_error ("strdup: %m");
-    if (cow_path == NULL)
-      return -1;
-  }
-  else if (strcmp (key, "snapshot") == 0) {
-    const char *colon = strchr (value, ':');
-    struct startup_snapshot x;
-
-    if (colon == NULL || colon == value || colon[1] == '\0') {
-      nbdkit_error ("snapshot=%s: expected snapshot=NAME:COW", value);
-      return -1;
-    }
-    else {
-      char *name = strndup (value, colon - value);
-      if (name == NULL) {
-        nbdkit_error ("strndup: %m");
-        return -1;
-      }
-      problem = snapfg_check_snapshot_name (name);
-      free (name);
-      if (problem) {
-        nbdkit_error ("snapshot=%s: bad snapshot name: %s", value, problem);
-        return -1;
-      }
-    }
-    x.name = strndup (value, colon - value);
-    x.cow_path = device_is_uri (colon + 1) ? strdup (colon + 1)
-      : nbdkit_absolute_path (colon + 1);
-    if (x.name == NULL || x.cow_path == NULL ||
-        startup_snapshot_vector_append (&extra_snapshots, x) < 0) {
-      free (x.name);
-      free (x.cow_path);
-      nbdkit_error ("snapshot=%s: out of memory", value);
-      return -1;
-    }
-  }
-  else if (strcmp (key, "store") == 0) {
-    problem = snapfg_check_store_type (value);
-    if (problem) {
-      nbdkit_error ("store=%s: %s", value, problem);
-      return -1;
-    }
-    free (store_type);
-    if ((store_type = strdup (value)) == NULL) {
-      nbdkit_error ("strdup: %m");
-      return -1;
-    }
-  }
-  else if (strcmp (key, "chunk-size") == 0) {
-    if (parse_size_param (key, value, &chunk_size) == -1)
-      return -1;
-    problem = snapfg_check_chunk_size (chunk_size);
-    if (problem) {
-      nbdkit_error ("chunk-size=%s: %s", value, problem);
-      return -1;
-    }
-  }
-  else if (strcmp (key, "cow-size") == 0) {
-    if (parse_size_param (key, value, &cow_size) == -1)
-      return -1;
-    if (cow_size == 0) {
-      nbdkit_error ("cow-size=%s: must be greater than zero", value);
-      return -1;
-    }
-  }
-  else if (strcmp (key, "block-size") == 0) {
-    if (parse_size_param (key, value, &block_size) == -1)
-      return -1;
-    problem = snapfg_check_block_size (block_size);
-    if (problem) {
-      nbdkit_error ("block-size=%s: %s", value, problem);
-      return -1;
-    }
-  }
-  else if (strcmp (key, "locking") == 0) {
-    if (strcmp (value, "striped") == 0)
-      locking = SNAPFG_LOCKING_STRIPED;
-    else if (strcmp (value, "global") == 0)
-      locking = SNAPFG_LOCKING_GLOBAL;
-    else {
-      nbdkit_error ("locking=%s: unknown locking mode "
-                    "(expected striped or global)", value);
-      return -1;
-    }
-  }
-  else if (strcmp (key, "durability") == 0) {
-    if (strcmp (value, "sync") == 0)
-      durability = SNAPFG_DURABILITY_SYNC;
-    else if (strcmp (value, "flush") == 0)
-      durability = SNAPFG_DURABILITY_FLUSH;
-    else {
-      nbdkit_error ("durability=%s: unknown durability mode "
-                    "(expected sync or flush)", value);
-      return -1;
-    }
-  }
-  else if (strcmp (key, "cbt-granularity") == 0) {
-    if (parse_size_param (key, value, &cbt_granularity) == -1)
-      return -1;
-    /* Checked against chunk-size= once every parameter is known. */
-    problem = cbt_check_granularity (cbt_granularity, 0);
-    if (problem) {
-      nbdkit_error ("cbt-granularity=%s: %s", value, problem);
-      return -1;
-    }
-    cbt_granularity_given = true;
-  }
-  else if (strcmp (key, "max-snapshots") == 0) {
-    if (nbdkit_parse_unsigned (key, value, &max_snapshots) == -1)
-      return -1;
-    if (max_snapshots == 0) {
-      nbdkit_error ("max-snapshots=%s: must be at least 1", value);
-      return -1;
-    }
-  }
-  else if (strcmp (key, "control") == 0) {
-    free (control_path);
-    /* nbdkit changes directory when it forks: keep the path absolute. */
-    control_path = nbdkit_absolute_path (value);
-    if (control_path == NULL)
-      return -1;
-  }
-  else if (strcmp (key, "state") == 0) {
-    free (state_path);
-    /* May not exist yet; nbdkit changes directory when it forks. */
-    state_path = nbdkit_absolute_path (value);
-    if (state_path == NULL)
-      return -1;
-  }
-  else {
-    nbdkit_error ("unknown parameter '%s' (see nbdkit-snapfg-plugin(1))",
-                  key);
-    return -1;
-  }
-  return 0;
+  params_free ();
 }
 
 /* A snapshot named on the command line.  With state= it may be back
@@ -293,9 +86,9 @@ startup_snapshot (const char *name, const char *cow)
   struct snapfg_snapshot_options snap = {
     .name = name,
     .cow_path = cow,
-    .store_type = store_type,
-    .chunk_size = chunk_size,
-    .cow_size = cow_size,
+    .store_type = params.store_type,
+    .chunk_size = params.chunk_size,
+    .cow_size = params.cow_size,
     .attach = SNAPFG_ATTACH_STARTUP,
   };
   struct snapfg_snapshot *s = snapfg_snapshot_get (engine, name);
@@ -311,7 +104,7 @@ startup_snapshot (const char *name, const char *cow)
       return 0;
     nbdkit_error ("snapshot %s (COW %s): the catalogue %s already has a "
                   "snapshot of that name, with COW %s", name, cow,
-                  state_path, info.cow_path);
+                  params.state_path, info.cow_path);
     return -1;
   }
   return snapfg_snapshot_create (engine, &snap) < 0 ? -1 : 0;
@@ -321,38 +114,40 @@ static int
 plugin_config_complete (void)
 {
   struct snapfg_options opts = {
-    .origin_path = origin_path,
-    .locking = locking,
-    .durability = durability,
-    .block_size = block_size,
-    .max_snapshots = max_snapshots,
+    .origin_path = params.origin_path,
+    .locking = params.locking,
+    .durability = params.durability,
+    .block_size = params.block_size,
+    .max_snapshots = params.max_snapshots,
   };
   const char *problem;
 
-  if (origin_path == NULL) {
+  if (params.origin_path == NULL) {
     nbdkit_error ("the origin= parameter is required "
                   "(the disk to serve and snapshot)");
     return -1;
   }
-  if (cow_path == NULL && extra_snapshots.len == 0) {
-    if (cow_size) {
+  if (params.cow_path == NULL && params.extra_snapshots.len == 0) {
+    if (params.cow_size) {
       nbdkit_error ("cow-size= given without cow= or snapshot=");
       return -1;
     }
   }
-  else if (cow_size && cow_size < chunk_size) {
+  else if (params.cow_size && params.cow_size < params.chunk_size) {
     nbdkit_error ("cow-size=%" PRIi64 ": smaller than one chunk "
-                  "(chunk-size=%" PRIi64 ")", cow_size, chunk_size);
+                  "(chunk-size=%" PRIi64 ")", params.cow_size,
+                  params.chunk_size);
     return -1;
   }
 
   /* The default follows a chunk size larger than itself. */
-  if (!cbt_granularity_given && cbt_granularity < chunk_size)
-    cbt_granularity = chunk_size;
-  problem = cbt_check_granularity (cbt_granularity, chunk_size);
+  if (!params.cbt_granularity_given &&
+      params.cbt_granularity < params.chunk_size)
+    params.cbt_granularity = params.chunk_size;
+  problem = cbt_check_granularity (params.cbt_granularity, params.chunk_size);
   if (problem) {
     nbdkit_error ("cbt-granularity=%" PRIi64 ": %s (chunk-size=%" PRIi64
-                  ")", cbt_granularity, problem, chunk_size);
+                  ")", params.cbt_granularity, problem, params.chunk_size);
     return -1;
   }
 
@@ -362,12 +157,12 @@ plugin_config_complete (void)
   /* The catalogue's snapshots come back first, under their names, and
    * an interrupted merge is set up again: all before any client.
    */
-  if (state_path) {
+  if (params.state_path) {
     struct catalogue_origin origin = {
       .path = snapfg_origin_path (engine),
       .size = snapfg_size (engine),
     };
-    if (catalogue_open (state_path, &origin, &catalogue) < 0)
+    if (catalogue_open (params.state_path, &origin, &catalogue) < 0)
       return -1;
     snapfg_engine_set_catalogue (engine, catalogue);
   }
@@ -375,18 +170,18 @@ plugin_config_complete (void)
    * the restore, which may start a merge recorded but not begun (the
    * origin view changes then), and before any client.
    */
-  if (snapfg_checkpoints_open (engine, catalogue, cbt_granularity) < 0)
+  if (snapfg_checkpoints_open (engine, catalogue, params.cbt_granularity) < 0)
     goto fail;
   if (catalogue && snapfg_engine_restore (engine) < 0)
     goto fail;
 
-  if (cow_path &&
-      startup_snapshot (SNAPFG_STARTUP_SNAPSHOT, cow_path) < 0)
+  if (params.cow_path &&
+      startup_snapshot (SNAPFG_STARTUP_SNAPSHOT, params.cow_path) < 0)
     goto fail;
   /* Then the snapshot= ones, in order, with the same store settings. */
-  for (size_t i = 0; i < extra_snapshots.len; ++i)
-    if (startup_snapshot (extra_snapshots.ptr[i].name,
-                          extra_snapshots.ptr[i].cow_path) < 0)
+  for (size_t i = 0; i < params.extra_snapshots.len; ++i)
+    if (startup_snapshot (params.extra_snapshots.ptr[i].name,
+                          params.extra_snapshots.ptr[i].cow_path) < 0)
       goto fail;
   return 0;
 
@@ -405,8 +200,8 @@ plugin_config_complete (void)
 static int
 plugin_get_ready (void)
 {
-  if (control_path &&
-      control_server_open (engine, control_path, &control) < 0)
+  if (params.control_path &&
+      control_server_open (engine, params.control_path, &control) < 0)
     return -1;
   return 0;
 }
@@ -431,25 +226,6 @@ plugin_cleanup (void)
   control_server_close (control);
   control = NULL;
 }
-
-#define plugin_config_help \
-  "origin=<FILE>         (required) The origin: file, block device or NBD URI.\n" \
-  "cow=<FILE>            COW store (file, block device or NBD URI) of \"snapshot\".\n" \
-  "snapshot=<NAME>:<COW> Another snapshot exported as NAME (repeatable).\n" \
-  "store=" SNAPFG_STORE_TYPE_CHOICES " Exception store (default " \
-  SNAPFG_DEFAULT_STORE_TYPE ").\n" \
-  "chunk-size=<SIZE>     Copy-out unit, power of two 512..1M (default 4K).\n" \
-  "cow-size=<SIZE>       Most bytes the COW store may use.\n" \
-  "block-size=512|4096   Advertised minimum block size (default 512).\n" \
-  "locking=striped|global Exception table locking (default striped).\n" \
-  "durability=sync|flush Persistent stores: sync every exception (default)\n" \
-  "                      or only at client flush/FUA.\n" \
-  "max-snapshots=<N>     Most snapshots at once (default 32).\n" \
-  "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
-  "state=<FILE>          The origin's catalogue: snapshots and checkpoints\n" \
-  "                      survive restarts.\n" \
-  "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
-  "                      (default 64K)."
 
 /* A connection's view: the origin, or one snapshot. */
 struct handle {
@@ -730,7 +506,7 @@ static struct nbdkit_plugin plugin = {
   .version            = PACKAGE_VERSION,
   .load               = plugin_load,
   .unload             = plugin_unload,
-  .config             = plugin_config,
+  .config             = params_config,
   .config_complete    = plugin_config_complete,
   .config_help        = plugin_config_help,
   .magic_config_key   = "origin",

@@ -1,0 +1,418 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfg: the catalogue file (the format is in catalogue.h).
+ *
+ * Reading it back (a file that is not a snapfg catalogue, is malformed
+ * or belongs to another origin is refused and never overwritten), and
+ * every change as one atomic, locked rewrite.
+ *
+ * A change is made on a copy of the tree, the copy is written to
+ * FILE.tmp, synced, locked and renamed over FILE, and the directory is
+ * synced; only then does the copy replace the tree in memory.  So after
+ * any failure both the file and the in-memory catalogue are as they were.
+ *
+ * The OFD lock is on the catalogue's inode.  A rename replaces the inode,
+ * so the new file is locked (through FILE.tmp's descriptor) before it is
+ * renamed into place, and the old descriptor (and its lock) is closed
+ * after: FILE is locked at every instant.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "cleanup.h"
+#include "catalogue.h"
+#include "catalogue-internal.h"
+#include "file-lock.h"
+#include "snapfg-log.h"
+
+#define CATALOGUE_FORMAT "snapfg-catalogue"
+#define CATALOGUE_VERSION 1
+#define CATALOGUE_MAX_EVENTS 200
+#define CATALOGUE_MAX_SIZE (16 * 1024 * 1024)
+
+/* --- checking a document read from disk --- */
+
+static bool
+is_string (json_t *o, const char *key)
+{
+  return json_is_string (json_object_get (o, key));
+}
+
+static bool
+is_uint (json_t *o, const char *key)
+{
+  json_t *v = json_object_get (o, key);
+
+  return json_is_integer (v) && json_integer_value (v) >= 0;
+}
+
+static bool
+is_string_or_null (json_t *o, const char *key)
+{
+  json_t *v = json_object_get (o, key);
+
+  return v == NULL || json_is_null (v) || json_is_string (v);
+}
+
+/* Returns NULL if the document is well formed, else what is wrong. */
+static const char *
+check_document (json_t *root, char *buf, size_t len)
+{
+  json_t *a, *v;
+  size_t i;
+
+  a = json_object_get (root, "snapshots");
+  if (!json_is_array (a))
+    return "\"snapshots\" is not an array";
+  json_array_foreach (a, i, v) {
+    const char *state;
+
+    if (!json_is_object (v) || !is_string (v, "name") ||
+        !is_string (v, "cow") || !is_string (v, "store") ||
+        !is_uint (v, "chunk_size") || !is_uint (v, "cow_size") ||
+        !is_uint (v, "created") || !is_string (v, "uuid") ||
+        !is_string (v, "state")) {
+      snprintf (buf, len, "snapshot record %zu lacks a field or has one "
+                "of the wrong type (name, cow, store, chunk_size, cow_size, "
+                "created, uuid, state)", i);
+      return buf;
+    }
+    state = json_string_value (json_object_get (v, "state"));
+    if (strcmp (state, CATALOGUE_SNAPSHOT_ACTIVE) != 0 &&
+        strcmp (state, CATALOGUE_SNAPSHOT_MERGING) != 0) {
+      snprintf (buf, len, "snapshot record %zu has an unknown state \"%s\"",
+                i, state);
+      return buf;
+    }
+    if (strlen (json_string_value (json_object_get (v, "uuid"))) != 36) {
+      snprintf (buf, len, "snapshot record %zu has a malformed uuid", i);
+      return buf;
+    }
+  }
+  a = json_object_get (root, "checkpoints");
+  if (!json_is_array (a))
+    return "\"checkpoints\" is not an array";
+  json_array_foreach (a, i, v) {
+    if (!json_is_object (v) || !is_string (v, "name") ||
+        !is_string (v, "bitmap") || !is_uint (v, "granularity") ||
+        !is_uint (v, "created") || !is_uint (v, "seq") ||
+        !is_string (v, "state") || !is_string_or_null (v, "snapshot")) {
+      snprintf (buf, len, "checkpoint record %zu lacks a field or has one "
+                "of the wrong type (name, bitmap, granularity, created, "
+                "seq, state, snapshot)", i);
+      return buf;
+    }
+  }
+  a = json_object_get (root, "events");
+  if (a && !json_is_array (a))
+    return "\"events\" is not an array";
+  return NULL;
+}
+
+/* --- writing --- */
+
+static int
+sync_directory (const char *dir)
+{
+  CLEANUP_CLOSE int fd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  if (fd == -1 || fsync (fd) == -1)
+    return -errno;
+  return 0;
+}
+
+static int
+write_all (int fd, const char *p, size_t n)
+{
+  while (n > 0) {
+    ssize_t w = write (fd, p, n);
+    if (w == -1) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    p += w;
+    n -= w;
+  }
+  return 0;
+}
+
+/* Write doc as the new catalogue, atomically; on success the new file's
+ * locked descriptor replaces cat->fd.  Called with cat->lock held.
+ */
+static int
+write_document (struct catalogue *cat, json_t *doc)
+{
+  CLEANUP_FREE char *text = json_dumps (doc, JSON_INDENT (2) |
+                                       JSON_PRESERVE_ORDER);
+  const char *what = "write";
+  int fd, r;
+
+  if (text == NULL) {
+    snapfg_error ("state=%s: cannot encode the catalogue (out of memory)",
+                  cat->path);
+    return -ENOMEM;
+  }
+  /* A FILE.tmp left by a crash is ours (we hold FILE's lock): replace it. */
+  unlink (cat->tmp_path);
+  fd = open (cat->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd == -1) {
+    r = -errno;
+    what = "create";
+    goto fail;
+  }
+  r = write_all (fd, text, strlen (text));
+  if (r == 0)
+    r = write_all (fd, "\n", 1);
+  if (r == 0 && fsync (fd) == -1)
+    r = -errno, what = "sync";
+  if (r == 0) {
+    r = file_lock (fd, true);
+    what = "lock";
+  }
+  if (r == 0 && rename (cat->tmp_path, cat->path) == -1)
+    r = -errno, what = "rename";
+  if (r == 0) {
+    r = sync_directory (cat->dir_path);
+    what = "sync the directory of";
+    if (r < 0) {
+      /* The rename happened: the new file is the catalogue now, and it
+       * is locked through fd.  Only its durability is in doubt.
+       */
+      snapfg_error ("state=%s: cannot sync the directory %s: %s",
+                    cat->path, cat->dir_path, strerror (-r));
+    }
+    close (cat->fd);
+    cat->fd = fd;
+    return r;
+  }
+  close (fd);
+  unlink (cat->tmp_path);
+ fail:
+  snapfg_error ("state=%s: cannot %s %s: %s (the catalogue is unchanged)",
+                cat->path, what, cat->tmp_path, strerror (-r));
+  return r;
+}
+
+/* Commit a changed copy of the tree: write it, then adopt it. */
+int
+catalogue_commit (struct catalogue *cat, json_t *doc)
+{
+  int r = write_document (cat, doc);
+
+  if (r == 0) {
+    json_decref (cat->root);
+    cat->root = doc;
+  }
+  else
+    json_decref (doc);
+  return r;
+}
+
+void
+catalogue_append_event (json_t *doc, const char *event, const char *name,
+              const char *detail)
+{
+  json_t *events = json_object_get (doc, "events");
+
+  if (!json_is_array (events)) {
+    events = json_array ();
+    json_object_set_new (doc, "events", events);
+  }
+  json_array_append_new (events,
+                         json_pack ("{s:I, s:s, s:s?, s:s?}",
+                                    "time", (json_int_t) time (NULL),
+                                    "event", event, "name", name,
+                                    "detail", detail));
+  while (json_array_size (events) > CATALOGUE_MAX_EVENTS)
+    json_array_remove (events, 0);
+}
+
+static int
+read_file (int fd, char **textp, size_t *lenp)
+{
+  struct stat st;
+  char *text;
+  size_t len = 0;
+
+  if (fstat (fd, &st) == -1)
+    return -errno;
+  if (!S_ISREG (st.st_mode))
+    return -EINVAL;
+  if (st.st_size > CATALOGUE_MAX_SIZE)
+    return -EFBIG;
+  text = malloc (st.st_size + 1);
+  if (text == NULL)
+    return -ENOMEM;
+  while (len < (size_t) st.st_size) {
+    ssize_t n = pread (fd, text + len, st.st_size - len, len);
+    if (n == -1 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      int e = n == 0 ? EIO : errno;
+      free (text);
+      return -e;
+    }
+    len += n;
+  }
+  text[len] = '\0';
+  *textp = text;
+  *lenp = len;
+  return 0;
+}
+
+/* Open and lock FILE, making sure the locked inode is still the one the
+ * name points to (a server rewriting it renames a new one into place).
+ */
+int
+catalogue_open_locked (struct catalogue *cat, bool *created)
+{
+  for (int tries = 0; tries < 10; ++tries) {
+    struct stat a, b;
+    int fd, r;
+
+    *created = false;
+    fd = open (cat->path, O_RDWR | O_CLOEXEC);
+    if (fd == -1 && errno == ENOENT) {
+      fd = open (cat->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd == -1 && errno == EEXIST)
+        continue;
+      *created = fd >= 0;
+    }
+    if (fd == -1) {
+      r = -errno;
+      snapfg_error ("state=%s: cannot open the catalogue: %s",
+                    cat->path, strerror (-r));
+      return r;
+    }
+    r = file_lock (fd, true);
+    if (r < 0) {
+      close (fd);
+      if (r == -EAGAIN || r == -EACCES)
+        snapfg_error ("state=%s: the catalogue is in use by another "
+                      "process (another snapfg server of this origin?); "
+                      "stop it first", cat->path);
+      else
+        snapfg_error ("state=%s: cannot lock the catalogue: %s",
+                      cat->path, strerror (-r));
+      return r == -EACCES ? -EAGAIN : r;
+    }
+    if (fstat (fd, &a) == 0 && stat (cat->path, &b) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+      cat->fd = fd;
+      return 0;
+    }
+    close (fd);                 /* renamed meanwhile: try the new one */
+  }
+  snapfg_error ("state=%s: the catalogue keeps being replaced; is "
+                "another server using it?", cat->path);
+  return -EAGAIN;
+}
+
+int
+catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *origin,
+               bool *fresh)
+{
+  char *text = NULL, why[256];
+  size_t len = 0;
+  json_error_t err;
+  json_t *root, *v, *o;
+  const char *problem;
+  int r;
+
+  r = read_file (cat->fd, &text, &len);
+  if (r < 0) {
+    snapfg_error ("state=%s: cannot read the catalogue: %s",
+                  cat->path, r == -EINVAL ? "not a regular file"
+                  : strerror (-r));
+    return r;
+  }
+  *fresh = len == 0;
+  if (len == 0) {
+    /* A new (or empty) file: a new catalogue.  Nothing to lose. */
+    free (text);
+    catalogue_uuid (cat->id);
+    cat->root = json_pack ("{s:s, s:i, s:s, s:{s:s, s:I}, s:[], s:[], s:[]}",
+                           "format", CATALOGUE_FORMAT,
+                           "version", CATALOGUE_VERSION,
+                           "id", cat->id,
+                           "origin", "path", origin->path,
+                           "size", (json_int_t) origin->size,
+                           "snapshots", "checkpoints", "events");
+    return cat->root ? 0 : -ENOMEM;
+  }
+
+  root = json_loadb (text, len, JSON_REJECT_DUPLICATES, &err);
+  free (text);
+  if (root == NULL || !json_is_object (root) ||
+      !json_is_string (v = json_object_get (root, "format")) ||
+      strcmp (json_string_value (v), CATALOGUE_FORMAT) != 0) {
+    snapfg_error ("state=%s: not a snapfg catalogue (%s); refusing to "
+                  "use or overwrite it: name a new file or the "
+                  "catalogue of this origin", cat->path,
+                  root == NULL ? err.text : "no \"format\": \""
+                  CATALOGUE_FORMAT "\"");
+    json_decref (root);
+    return -EINVAL;
+  }
+  v = json_object_get (root, "version");
+  if (!json_is_integer (v) || json_integer_value (v) != CATALOGUE_VERSION) {
+    snapfg_error ("state=%s: catalogue version %s is not supported (this "
+                  "snapfg reads version %d); the file is left unchanged",
+                  cat->path, json_is_integer (v) ? "other than 1" : "missing",
+                  CATALOGUE_VERSION);
+    json_decref (root);
+    return -EINVAL;
+  }
+  v = json_object_get (root, "id");
+  o = json_object_get (root, "origin");
+  if (!json_is_string (v) || strlen (json_string_value (v)) != 36 ||
+      !json_is_object (o) || !is_string (o, "path") || !is_uint (o, "size")) {
+    snapfg_error ("state=%s: malformed catalogue (\"id\" or \"origin\" "
+                  "missing or wrong); the file is left unchanged",
+                  cat->path);
+    json_decref (root);
+    return -EINVAL;
+  }
+  problem = check_document (root, why, sizeof why);
+  if (problem) {
+    snapfg_error ("state=%s: malformed catalogue: %s; the file is left "
+                  "unchanged", cat->path, problem);
+    json_decref (root);
+    return -EINVAL;
+  }
+  if (strcmp (json_string_value (json_object_get (o, "path")),
+              origin->path) != 0 ||
+      (uint64_t) json_integer_value (json_object_get (o, "size"))
+      != origin->size) {
+    snapfg_error ("state=%s: this catalogue belongs to origin %s (%" PRIu64
+                  " bytes), not to origin=%s (%" PRIu64 " bytes); every "
+                  "origin needs its own catalogue (the file is left "
+                  "unchanged)", cat->path,
+                  json_string_value (json_object_get (o, "path")),
+                  (uint64_t) json_integer_value (json_object_get (o, "size")),
+                  origin->path, origin->size);
+    json_decref (root);
+    return -EINVAL;
+  }
+  snprintf (cat->id, sizeof cat->id, "%s", json_string_value (v));
+  if (json_object_get (root, "events") == NULL)
+    json_object_set_new (root, "events", json_array ());
+  cat->root = root;
+  return 0;
+}

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfgctl: the command line.
+ *
+ * getopt_long over the global options and every --option of the
+ * command table (permuting, so options may be anywhere on the line),
+ * then the request for the chosen command: its positional arguments and
+ * options checked against the table, sizes with nbdkit's suffixes,
+ * relative paths made absolute.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <getopt.h>
+#include <unistd.h>
+#include <limits.h>
+
+#include <jansson.h>
+
+#include "cleanup.h"
+#include "control-commands.h"
+#include "device.h"
+#include "snapfgctl.h"
+
+/* A size with nbdkit's suffixes (as nbdkit_parse_size takes them). */
+static int
+parse_size (const char *what, const char *str, uint64_t *out)
+{
+  char *end;
+  unsigned long long v;
+  int shift = 0;
+
+  errno = 0;
+  if (str[0] < '0' || str[0] > '9')
+    goto bad;
+  v = strtoull (str, &end, 10);
+  if (errno)
+    goto bad;
+  switch (*end) {
+  case '\0': break;
+  case 'b': case 'B': end++; break;
+  case 's': case 'S': shift = 9; end++; break;
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  case 't': case 'T': shift = 40; end++; break;
+  case 'p': case 'P': shift = 50; end++; break;
+  case 'e': case 'E': shift = 60; end++; break;
+  default: goto bad;
+  }
+  if (*end != '\0' || v > ((uint64_t) INT64_MAX >> shift))
+    goto bad;
+  if (v == 0) {
+    fprintf (stderr, "snapfgctl: %s: must be greater than zero: %s\n",
+             what, str);
+    return -1;
+  }
+  *out = (uint64_t) v << shift;
+  return 0;
+ bad:
+  fprintf (stderr, "snapfgctl: %s: not a valid size: %s (a number with "
+           "an optional suffix b, s, k, m, g, t, p or e)\n", what, str);
+  return -1;
+}
+
+#define OPT_VERSION 256
+#define OPT_TABLE 512           /* + index into the option_value list */
+
+int
+parse_cmdline (int argc, char *argv[], struct cmdline *cl)
+{
+  static const struct option global[] = {
+    { "socket", required_argument, NULL, 'S' },
+    { "json", no_argument, NULL, 'j' },
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, OPT_VERSION },
+    { "exceptions", no_argument, NULL, 'e' },
+  };
+  const size_t nglobal = sizeof global / sizeof global[0];
+  CLEANUP_FREE struct option *longopts = NULL;
+  int c;
+
+  /* The distinct --options of the table's commands. */
+  cl->opts = calloc (control_nargs, sizeof *cl->opts);
+  longopts = calloc (nglobal + control_nargs + 1, sizeof *longopts);
+  cl->words = calloc (argc + 1, sizeof *cl->words);
+  if (cl->opts == NULL || longopts == NULL || cl->words == NULL) {
+    fprintf (stderr, "snapfgctl: out of memory\n");
+    return -1;
+  }
+  memcpy (longopts, global, sizeof global);
+  for (size_t i = 0; i < control_nargs; ++i) {
+    const struct control_arg *a = &control_args[i];
+    bool known = false;
+
+    if (a->option == NULL)
+      continue;
+    for (size_t j = 0; j < cl->nopts; ++j)
+      known |= strcmp (cl->opts[j].name, a->option) == 0;
+    if (known)
+      continue;
+    cl->opts[cl->nopts].name = a->option;
+    cl->opts[cl->nopts].is_bool = a->type == CONTROL_TYPE_BOOL;
+    longopts[nglobal + cl->nopts] = (struct option) {
+      a->option, a->type == CONTROL_TYPE_BOOL ? no_argument
+      : required_argument, NULL, OPT_TABLE + (int) cl->nopts
+    };
+    cl->nopts++;
+  }
+
+  /* "-" first: every word comes back in order as option 1, whatever
+   * POSIXLY_CORRECT says, so options may be anywhere on the line.
+   */
+  opterr = 1;
+  while ((c = getopt_long (argc, argv, "-S:jhe", longopts, NULL)) != -1) {
+    switch (c) {
+    case 1: cl->words[cl->nwords++] = optarg; break;
+    case 'S': cl->socket_path = optarg; break;
+    case 'j': cl->json_output = true; break;
+    case 'h': cl->help = true; break;
+    case 'e': cl->exceptions = true; break;
+    case OPT_VERSION: cl->version = true; break;
+    default:
+      if (c >= OPT_TABLE && c < OPT_TABLE + (int) cl->nopts) {
+        struct option_value *o = &cl->opts[c - OPT_TABLE];
+        o->value = o->is_bool ? "true" : optarg;
+        break;
+      }
+      return -1;                /* getopt said what was wrong */
+    }
+  }
+  /* After "--", getopt leaves the rest. */
+  while (optind < argc)
+    cl->words[cl->nwords++] = argv[optind++];
+  return 0;
+}
+
+const char *
+option_value (const struct cmdline *cl, const char *name)
+{
+  for (size_t i = 0; i < cl->nopts; ++i)
+    if (strcmp (cl->opts[i].name, name) == 0)
+      return cl->opts[i].value;
+  return NULL;
+}
+
+/* A relative path made absolute: the server runs in "/". */
+static char *
+absolute_path (const char *path)
+{
+  char cwd[PATH_MAX], *abs;
+
+  if (path[0] == '/' || device_is_uri (path))
+    return strdup (path);
+  if (getcwd (cwd, sizeof cwd) == NULL) {
+    fprintf (stderr, "snapfgctl: getcwd: %m\n");
+    return NULL;
+  }
+  if (asprintf (&abs, "%s/%s", cwd, path) == -1)
+    return NULL;
+  return abs;
+}
+
+/* Put one argument's value into the request.  Returns 0 or -1 (said). */
+static int
+add_arg (json_t *req, const struct control_command *c,
+         const struct control_arg *a, const char *value)
+{
+  json_t *v = NULL;
+  char what[64];
+
+  if (a->option)
+    snprintf (what, sizeof what, "%s --%s", cli_name (c), a->option);
+  else
+    snprintf (what, sizeof what, "%s %s", cli_name (c), a->metavar);
+  switch (a->type) {
+  case CONTROL_TYPE_SIZE: {
+    uint64_t size;
+    if (parse_size (what, value, &size) < 0)
+      return -1;
+    v = json_integer ((json_int_t) size);
+    break;
+  }
+  case CONTROL_TYPE_BOOL:
+    v = json_true ();
+    break;
+  case CONTROL_TYPE_PATH: {
+    char *abs = absolute_path (value);
+    if (abs == NULL)
+      return -1;
+    v = json_string (abs);
+    free (abs);
+    break;
+  }
+  case CONTROL_TYPE_STRING:
+  case CONTROL_TYPE_NAME:
+    v = json_string (value);
+    break;
+  }
+  if (v == NULL) {
+    fprintf (stderr, "snapfgctl: %s: not valid UTF-8: the protocol (and NBD "
+             "export names) need UTF-8\n", what);
+    return -1;
+  }
+  json_object_set_new (req, a->key, v);
+  return 0;
+}
+
+/* The request for the command line (NULL: a usage error, said). */
+json_t *
+build_request (const struct cmdline *cl, const struct control_command *c)
+{
+  json_t *req = json_object ();
+  size_t word = 1;
+
+  if (req == NULL)
+    return NULL;
+  json_object_set_new (req, "cmd", json_string (c->name));
+
+  /* Every option given must be one of this command's. */
+  for (size_t i = 0; i < cl->nopts; ++i) {
+    const struct control_arg *a = NULL;
+
+    if (cl->opts[i].value == NULL)
+      continue;
+    for (size_t j = 0; j < control_nargs; ++j)
+      if (control_args[j].cmd == c->cmd && control_args[j].option &&
+          strcmp (control_args[j].option, cl->opts[i].name) == 0)
+        a = &control_args[j];
+    if (a == NULL) {
+      fprintf (stderr, "snapfgctl: %s does not take --%s (see snapfgctl %s "
+               "--help)\n", cli_name (c), cl->opts[i].name, cli_name (c));
+      goto usage;
+    }
+  }
+  if (cl->exceptions) {
+    fprintf (stderr, "snapfgctl: --exceptions is an option of inspect\n");
+    goto usage;
+  }
+
+  for (size_t i = 0; i < control_nargs; ++i) {
+    const struct control_arg *a = &control_args[i];
+    const char *value;
+
+    if (a->cmd != c->cmd)
+      continue;
+    if (a->flags & CONTROL_ARG_POSITIONAL)
+      value = word < cl->nwords ? cl->words[word++] : NULL;
+    else
+      value = option_value (cl, a->option);
+    if (value == NULL) {
+      if (a->flags & CONTROL_ARG_REQUIRED) {
+        if (a->option)
+          fprintf (stderr, "snapfgctl: %s needs --%s %s\n", cli_name (c),
+                   a->option, a->metavar);
+        else
+          fprintf (stderr, "snapfgctl: %s needs %s\n", cli_name (c),
+                   a->metavar);
+        goto usage;
+      }
+      continue;
+    }
+    if (a->flags & CONTROL_ARG_LOCAL)
+      continue;                 /* snapfgctl's own: not sent */
+    if (add_arg (req, c, a, value) < 0)
+      goto usage;
+  }
+  if (word < cl->nwords) {
+    fprintf (stderr, "snapfgctl: %s: unexpected argument '%s'\n",
+             cli_name (c), cl->words[word]);
+    goto usage;
+  }
+  return req;
+
+ usage:
+  fprintf (stderr, "usage: snapfgctl -S SOCKET ");
+  print_synopsis (stderr, c);
+  fprintf (stderr, "\n");
+  json_decref (req);
+  return NULL;
+}

@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfgctl: the human form of each command's reply (--json prints the
+ * reply as the server sent it instead).
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <inttypes.h>
+
+#include <jansson.h>
+
+#include "control-commands.h"
+#include "snapfgctl.h"
+
+uint64_t
+get_u64 (json_t *obj, const char *key)
+{
+  json_t *v = json_object_get (obj, key);
+
+  return json_is_integer (v) ? (uint64_t) json_integer_value (v) : 0;
+}
+
+static double
+get_double (json_t *obj, const char *key)
+{
+  return json_number_value (json_object_get (obj, key));
+}
+
+const char *
+get_str (json_t *obj, const char *key)
+{
+  const char *s = json_string_value (json_object_get (obj, key));
+
+  return s ? s : "";
+}
+
+static void
+print_snapshot (json_t *sn)
+{
+  printf ("%s: %s, %s", get_str (sn, "name"), get_str (sn, "state"),
+          get_str (sn, "status"));
+  printf ("; %s store, chunk %" PRIu64 ", COW %s; %" PRIu64 " exceptions, "
+          "%" PRIu64 " connections", get_str (sn, "store"),
+          get_u64 (sn, "chunk_size"), get_str (sn, "cow"),
+          get_u64 (sn, "exceptions"), get_u64 (sn, "connections"));
+  if (json_object_get (sn, "merge_total"))
+    printf ("; merged %" PRIu64 " of %" PRIu64 " chunks",
+            get_u64 (sn, "merge_done"), get_u64 (sn, "merge_total"));
+  if (strcmp (get_str (sn, "state"), "Invalid") == 0)
+    printf ("; its contents are lost: drop it and create a new one (with a "
+            "larger --cow-size if its store was full)");
+  printf ("\n");
+}
+
+void
+print_human (const struct control_command *c, const struct cmdline *cl,
+             json_t *req, json_t *r)
+{
+  const char *name = get_str (req, "name");
+  json_t *a, *x;
+  size_t i;
+
+  switch (c->cmd) {
+  case CONTROL_STATUS:
+    x = json_object_get (r, "origin");
+    if (x)
+      printf ("origin: %s, %" PRIu64 " bytes, block size %" PRIu64 ", %"
+              PRIu64 " connections\n", get_str (x, "path"),
+              get_u64 (x, "size"), get_u64 (x, "block_size"),
+              get_u64 (x, "connections"));
+    json_array_foreach (json_object_get (r, "snapshots"), i, x)
+      print_snapshot (x);
+    break;
+  case CONTROL_LIST:
+    printf ("origin\n");
+    json_array_foreach (json_object_get (r, "snapshots"), i, x)
+      printf ("%s\t%s\t%s\n", get_str (x, "name"), get_str (x, "state"),
+              get_str (x, "status"));
+    break;
+  case CONTROL_CHECKPOINT_LIST:
+    json_array_foreach (json_object_get (r, "checkpoints"), i, x) {
+      json_t *snap = json_object_get (x, "snapshot");
+
+      printf ("%s\t%s\tseq %" PRIu64 "\tgranularity %" PRIu64 "\t%" PRIu64
+              " bytes dirty\tcreated %" PRIu64 "%s%s\n", get_str (x, "name"),
+              get_str (x, "state"), get_u64 (x, "seq"),
+              get_u64 (x, "granularity"), get_u64 (x, "dirty_bytes"),
+              get_u64 (x, "created"), json_is_string (snap)
+              ? "\tsnapshot " : "", json_is_string (snap)
+              ? json_string_value (snap) : "");
+    }
+    break;
+  case CONTROL_CHECKPOINT_CREATE:
+    printf ("created checkpoint %s\n", name);
+    break;
+  case CONTROL_CHECKPOINT_DROP:
+    printf ("dropped checkpoint %s (its changes are kept by the one "
+            "before it, if any)\n", name);
+    break;
+  case CONTROL_CHANGED:
+    a = json_object_get (r, "ranges");
+    json_array_foreach (a, i, x)
+      printf ("%" PRIu64 " %" PRIu64 "\n", get_u64 (x, "offset"),
+              get_u64 (x, "length"));
+    printf ("# %zu ranges, %" PRIu64 " bytes changed\n", json_array_size (a),
+            get_u64 (r, "bytes"));
+    break;
+  case CONTROL_STATS:
+    printf ("%-12s %5s %10s %12s %12s %9s %12s %10s %9s %9s %10s %10s\n",
+            "export", "conns", "requests", "bytes-read", "bytes-written",
+            "copy-outs", "bytes-copied", "exceptions", "pending", "contended",
+            "p50-us", "p99-us");
+    json_array_foreach (json_object_get (r, "exports"), i, x) {
+      printf ("%-12s %5" PRIu64 " %10" PRIu64 " %12" PRIu64 " %12" PRIu64
+              " %9" PRIu64 " %12" PRIu64 " %10" PRIu64 " %9" PRIu64
+              " %9" PRIu64 " %10.1f %10.1f\n",
+              get_str (x, "export"), get_u64 (x, "connections"),
+              get_u64 (x, "requests"), get_u64 (x, "bytes_read"),
+              get_u64 (x, "bytes_written"), get_u64 (x, "copy_outs"),
+              get_u64 (x, "bytes_copied"), get_u64 (x, "exceptions"),
+              get_u64 (x, "pending_waits"), get_u64 (x, "lock_contention"),
+              get_double (x, "latency_p50_us"),
+              get_double (x, "latency_p99_us"));
+    }
+    break;
+  case CONTROL_CREATE:
+    x = json_object_get (r, "snapshot");
+    printf ("created snapshot %s: %s store, chunk %" PRIu64 ", COW %s\n",
+            name, get_str (x, "store"), get_u64 (x, "chunk_size"),
+            get_str (x, "cow"));
+    break;
+  case CONTROL_DROP:
+    if (json_is_true (json_object_get (r, "cow_removed")))
+      printf ("dropped snapshot %s (its COW store in the state directory "
+              "is removed)\n", name);
+    else
+      printf ("dropped snapshot %s (its COW store is left as it is)\n", name);
+    break;
+  case CONTROL_MERGE:
+    if (option_value (cl, "wait") == NULL)
+      printf ("merging snapshot %s into the origin (snapfgctl status shows "
+              "the progress)\n", name);
+    break;
+  case CONTROL_SET_BLOCK_SIZE:
+    printf ("block size %" PRIu64 " for new connections\n",
+            get_u64 (req, "block_size"));
+    break;
+  default:
+    /* A command without a human form yet: its reply as it is. */
+    {
+      char *s = json_dumps (r, JSON_INDENT (2));
+      if (s)
+        printf ("%s\n", s);
+      free (s);
+    }
+  }
+}
