@@ -7,14 +7,20 @@
 #   contrib/bench/profile.sh SYSTEM WORKLOAD [NUMJOBS]
 #
 # SYSTEM: bare, snapfg-nosnap, snapfg-transient, snapfg-persistent,
-# snapfg-global.  WORKLOAD: origin-randwrite, origin-firstwrite,
-# origin-overwrite, origin-overwrite-512, snapshot-randread,
-# snapshot-randread-cow, snapshot-randwrite (as in fio-compare.sh; the
-# overwrite and -cow workloads get a sequential fill pass first).
+# snapfg-persistent-flush, snapfg-global.  WORKLOAD: origin-randwrite,
+# origin-firstwrite, origin-seqfirstwrite, origin-overwrite,
+# origin-overwrite-512, snapshot-randread, snapshot-randread-cow,
+# snapshot-randwrite (as in fio-compare.sh; the overwrite and -cow
+# workloads get a sequential fill pass first).  First-write passes end
+# when the disk is covered: give RUNTIME and SIZE so that the pass lasts
+# longer than the profile (origin-seqfirstwrite covers 1G in about a
+# second here).
 #
 # Prints fio's IOPS, the top of "perf report --no-children" (self time by
-# symbol and by object), nbdkit's CPU time and system calls per request
-# by kind (perf stat on the syscall tracepoints), for snapfg-persistent the
+# symbol and by object), nbdkit's CPU time per request (perf stat
+# task-clock alone, divided by fio's IOPS), system calls per request by
+# kind (perf stat on the syscall tracepoints, which cost CPU of their own;
+# requests = replies sent), for snapfg-persistent the
 # fdatasync latency and how much of the time one runs, and leaves perf.data and the reports in OUTDIR.
 #
 # Environment: RUNTIME [10], SIZE [1G], IODEPTH [16], CHUNK_SIZE [4K],
@@ -73,6 +79,8 @@ case $system in
     snapfg-transient)  args=("$SNAPFG_PLUGIN" "${snap[@]}" store=transient locking=striped) ;;
     snapfg-global)     args=("$SNAPFG_PLUGIN" "${snap[@]}" store=transient locking=global) ;;
     snapfg-persistent) args=("$SNAPFG_PLUGIN" "${snap[@]}" store=persistent locking=striped) ;;
+    snapfg-persistent-flush)
+                       args=("$SNAPFG_PLUGIN" "${snap[@]}" store=persistent locking=striped durability=flush) ;;
     *) die "unknown system $system" ;;
 esac
 case $system:$workload in
@@ -107,13 +115,21 @@ case $workload in
         rw=randwrite
         part=$(( size_bytes / nj / 65536 * 65536 ))
         opts=(--norandommap=0 --randrepeat=0 --size="$part" --offset_increment="$part" --runtime="$RUNTIME") ;;
+    origin-seqfirstwrite)
+        rw=write bs=1M
+        part=$(( size_bytes / nj / 1048576 * 1048576 ))
+        opts=(--size="$part" --offset_increment="$part" --runtime="$RUNTIME") ;;
     *) die "unknown workload $workload" ;;
 esac
 sync
-fio --name="$workload" --ioengine=nbd --uri="$uri" --rw="$rw" --bs="$bs" --iodepth="$IODEPTH" \
+qd=$IODEPTH
+[ "$workload" != origin-seqfirstwrite ] || qd=${SEQ_IODEPTH:-8}
+fio --name="$workload" --ioengine=nbd --uri="$uri" --rw="$rw" --bs="$bs" --iodepth="$qd" \
     --numjobs="$nj" --group_reporting "${opts[@]}" --output="$OUTDIR/fio.out" &
 fio_pid=$!
 sleep 1
+# Two seconds of nbdkit's CPU time with nothing else attached.
+perf stat -e task-clock -p "$pid" -o "$OUTDIR/perf-cpu.txt" -- sleep 2 >/dev/null 2>&1 || true
 if [ "$PERF_TRACE" = 1 ]; then
     # Two seconds of system call counts by kind (perf stat: counting only,
     # little overhead), divided by fio's IOPS below.
@@ -129,7 +145,7 @@ if [ "$PERF_TRACE" = 1 ]; then
     idle=$(( (i1 + w1) - (i0 + w0) ))
     echo "machine CPU busy during it: $(( 100 * busy / (busy + idle) ))% of $(nproc) CPUs" >"$OUTDIR/cpu.txt"
 fi
-if [ -d /sys/kernel/tracing/events/syscalls/sys_enter_fdatasync ] && [ "$system" = snapfg-persistent ]; then
+if [ -d /sys/kernel/tracing/events/syscalls/sys_enter_fdatasync ] && [ "${system#snapfg-persistent}" != "$system" ]; then
     # Two seconds of fdatasync calls (entry and exit tracepoints): how long
     # each takes and how much of the time one is running.
     perf record -e syscalls:sys_enter_fdatasync,syscalls:sys_exit_fdatasync -p "$pid" \
@@ -152,19 +168,26 @@ echo "## self time by object ($system, $workload, $nj job(s))"
 head -n 8 "$OUTDIR/dso.txt"
 echo "## self time, top 25 ($system, $workload, $nj job(s))"
 head -n 25 "$OUTDIR/self.txt"
+iops=$(grep -oE '(write|read): IOPS=[0-9.]+k?' "$OUTDIR/fio.out" | head -1 | sed 's/.*=//')
+case $iops in *k) iops=$(awk -v v="${iops%k}" 'BEGIN { printf "%d", v * 1000 }') ;; esac
+if [ -s "$OUTDIR/perf-cpu.txt" ] && [ -n "$iops" ] && [ "$iops" -gt 0 ]; then
+    awk -v iops="$iops" '{ gsub(",", "", $1) } /task-clock/ {
+        printf "nbdkit CPU time: %.1f µs per request (task-clock for 2 s / fio'"'"'s %d IOPS)\n", $1 * 1000 / (2 * iops), iops }' \
+        "$OUTDIR/perf-cpu.txt"
+fi
 if [ -s "$OUTDIR/perf-stat.txt" ]; then
-    # Requests served in the window: every request of these workloads makes
-    # exactly one pwrite64 (writes: the data to the origin or the COW
-    # file) or one pread64 (reads), in bare and in snapfg alike.
-    case $rw in *write) key=pwrite64 ;; *) key=pread64 ;; esac
-    echo "## per request (perf stat for 2 s; requests = $key calls)"
+    # Requests served in the window: nbdkit sends one reply per request
+    # (one sendto), in bare and in snapfg alike.  (Not pwrite64: a first
+    # write in snapfg makes two or three.)
+    key=sendto
+    echo "## per request (perf stat for 2 s on the syscall tracepoints; requests = $key calls)"
     awk -v key="$key" '{ gsub(",", "", $1) }
         /task-clock/ { cpu = $1 }
         /sys_enter/ { name = $2; sub(/.*sys_enter_?/, "", name); if (name == "") name = "all"
                       if ($1 + 0 > 0) { c[name] = $1; order[++n] = name } }
         END { r = c[key]; if (!r) exit
               printf "requests: %d in 2 s (%.0f per second)\n", r, r / 2
-              printf "nbdkit CPU time: %.1f µs per request\n", cpu * 1000 / r
+              printf "nbdkit CPU time with the tracepoints on: %.1f µs per request\n", cpu * 1000 / r
               for (k = 1; k <= n; k++) printf "%-18s %8.3f per request\n", order[k], c[order[k]] / r }' \
         "$OUTDIR/perf-stat.txt"
     cat "$OUTDIR/cpu.txt" 2>/dev/null || true

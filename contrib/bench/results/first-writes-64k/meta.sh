@@ -1,7 +1,5 @@
-# SPDX-License-Identifier: BSD-3-Clause
-# Copyright (C) 2026 the snapfg authors
-RUNTIME=3
-ROUNDS=3
+RUNTIME=5
+ROUNDS=1
 NUMJOBS=1\ 2\ 4\ 8
 NUMJOBS_PEERS=1\ 2\ 4\ 8
 IODEPTH=16
@@ -12,7 +10,7 @@ CHUNK_SIZE=64K
 run_systems=\ bare\ snapfg-transient\ snapfg-persistent\ snapfg-persistent-flush
 skipped=''
 STARTUP_EXCEPTIONS=1000000
-load_at_start=20.65\ 17.12\ 15.32
-t_start=1796161826
-t_fio=1796162630
-t_end=1796162630
+load_at_start=11.45\ 14.06\ 11.56
+t_start=1796171132
+t_fio=1796171421
+t_end=1796171442

@@ -1,9 +1,7 @@
-# SPDX-License-Identifier: BSD-3-Clause
-# Copyright (C) 2026 the snapfg authors
-RUNTIME=3
+RUNTIME=10
 ROUNDS=3
-NUMJOBS=1\ 2\ 4\ 8
-NUMJOBS_PEERS=1\ 2\ 4\ 8
+NUMJOBS=1\ 4
+NUMJOBS_PEERS=1\ 4
 IODEPTH=16
 SEQ_IODEPTH=8
 PHASES=firstwrite\ seqfirst\ overwrite
@@ -12,7 +10,7 @@ CHUNK_SIZE=4K
 run_systems=\ bare\ snapfg-nosnap\ snapfg-transient\ snapfg-persistent\ snapfg-persistent-flush
 skipped=''
 STARTUP_EXCEPTIONS=1000000
-load_at_start=8.80\ 14.33\ 16.13
-t_start=1796163646
-t_fio=1796164939
-t_end=1796164939
+load_at_start=15.70\ 14.62\ 12.34
+t_start=1796171455
+t_fio=1796172674
+t_end=1796172695

@@ -1,0 +1,16 @@
+RUNTIME=5
+ROUNDS=1
+NUMJOBS=1\ 2\ 4\ 8
+NUMJOBS_PEERS=1\ 2\ 4\ 8
+IODEPTH=16
+SEQ_IODEPTH=8
+PHASES=firstwrite\ seqfirst
+SIZE=1G
+CHUNK_SIZE=4K
+run_systems=\ bare\ snapfg-persistent
+skipped=''
+STARTUP_EXCEPTIONS=1000000
+load_at_start=17.99\ 16.79\ 11.66
+t_start=1796170922
+t_fio=1796171083
+t_end=1796171108
