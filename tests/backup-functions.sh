@@ -25,6 +25,7 @@
 #   manifest_field DIR SEQ KEY  a field of run SEQ in DIR/manifest.json
 #   restore_equals DIR N FILE WHAT  restore run N (raw) and cmp with FILE
 #   our_snapshots SOCK, our_checkpoints SOCK   names starting snapfg-backup-
+#   write_random_blocks URI N SEED SIZE  N random 4K-aligned writes
 
 # shellcheck shell=bash
 
@@ -119,30 +120,41 @@ save_origin() {
     nbdcopy "$1" "$2" || fail "nbdcopy $1 $2 failed"
 }
 
-our_snapshots() {
-    "$SNAPFGCTL" -S "$1" --json list |
+# our_snapshots SOCK, our_checkpoints SOCK: the snapshots / checkpoints
+# snapfg-backup made (named snapfg-backup-...), one a line.
+our_snapshots() { _our_names "$1" snapshots list; }
+our_checkpoints() { _our_names "$1" checkpoints checkpoint list; }
+_our_names() {
+    local sock=$1 key=$2
+    shift 2
+    "$SNAPFGCTL" -S "$sock" --json "$@" |
         "$PY" -c 'import json, sys
 try:
-    snaps = json.load(sys.stdin)["snapshots"]
+    items = json.load(sys.stdin)[sys.argv[1]]
 except Exception as e:
-    print("(snapfgctl list failed: %s)" % e)
+    print("(snapfgctl %s failed: %s)" % (sys.argv[2], e))
     sys.exit(0)
-for s in snaps:
-    if s["name"].startswith("snapfg-backup-"):
-        print(s["name"])'
+for x in items:
+    if x["name"].startswith("snapfg-backup-"):
+        print(x["name"])' "$key" "$*"
 }
 
-our_checkpoints() {
-    "$SNAPFGCTL" -S "$1" --json checkpoint list |
-        "$PY" -c 'import json, sys
-try:
-    cks = json.load(sys.stdin)["checkpoints"]
-except Exception as e:
-    print("(snapfgctl checkpoint list failed: %s)" % e)
-    sys.exit(0)
-for c in cks:
-    if c["name"].startswith("snapfg-backup-"):
-        print(c["name"])'
+# write_random_blocks URI N SEED SIZE: N acknowledged random writes
+# (4K to 32K, 4K-aligned, no flush) into an export of SIZE bytes.
+write_random_blocks() {
+    "$PY" - "$@" <<'EOF'
+import nbd, os, random, sys
+uri, n, seed, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = random.Random(seed)
+h = nbd.NBD()
+h.set_uri_allow_local_file(True)
+h.connect_uri(uri)
+for _ in range(n):
+    length = rng.randrange(1, 9) * 4096
+    off = rng.randrange((size - length) // 4096 + 1) * 4096
+    h.pwrite(os.urandom(length), off)
+h.shutdown()
+EOF
 }
 
 backup_during_writes() {

@@ -45,9 +45,7 @@ import time
 
 import nbd
 
-
-def log(msg):
-    print("checkpoint-io: " + msg, flush=True)
+from snapfg_test import log
 
 
 # --- writer ---------------------------------------------------------------

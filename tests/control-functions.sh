@@ -7,8 +7,10 @@
 #
 # Provides $PY (a Python with the nbd module, /usr/bin/python3 unless
 # SNAPFG_TEST_PYTHON says otherwise), $SNAPFGCTL, $CTL_IO (the NBD helper
-# tests/control-io.py) and $CTL_PROTO (the raw protocol client
-# tests/control-proto.py), and:
+# tests/control-io.py), $CTL_PROTO (the raw protocol client
+# tests/control-proto.py), the Python helpers as commands (cio:
+# control-io.py, failures_io: failures-io.py, ckio: checkpoint-io.py),
+# and:
 #
 # The checking helpers record a failure with check_fail and return 0, so
 # that a test under set -e carries on and reports every broken case.
@@ -24,8 +26,11 @@
 #                             (the parsed object is "d")
 #   origin_serves WHAT SOCK   a fresh connection reads the origin
 #   listed SOCK NAME          nbdinfo --list shows export NAME
-#   export_equals URI FILE WHAT, files_equal A B WHAT
+#   export_equals URI FILE WHAT, files_equal A B WHAT (functions.sh)
 #   wait_nbdkit_death PIDFILE SECONDS, wait_until SECONDS COMMAND...
+#   merge_under_io WHAT SOCK CTLSOCK NAME TIMEOUT VIEW MODEL SEED
+#                             watch NAME's merge to its end while a client
+#                             reads and writes the origin (see below)
 
 # shellcheck shell=bash
 
@@ -35,6 +40,8 @@ source "$_cfn_dir/functions.sh"
 
 CTL_IO="$_cfn_dir/control-io.py"
 CTL_PROTO="$_cfn_dir/control-proto.py"
+FAILURES_IO="$_cfn_dir/failures-io.py"
+CHECKPOINT_IO="$_cfn_dir/checkpoint-io.py"
 
 # require_control_tools: nbdkit, the plugin, snapfgctl, nbdinfo, nbdcopy
 # and a Python with the nbd module.
@@ -48,6 +55,8 @@ require_control_tools() {
 }
 
 cio() { "$PY" "$CTL_IO" "$@"; }
+failures_io() { "$PY" "$FAILURES_IO" "$@"; }
+ckio() { "$PY" "$CHECKPOINT_IO" "$@"; }
 
 ctl() {
     local sock=$1 st=0
@@ -133,28 +142,6 @@ sys.exit(0 if any(e["export-name"] == sys.argv[1] for e in d["exports"]) else 1)
 ' "$2"
 }
 
-# files_equal A B WHAT
-files_equal() {
-    if ! cmp "$1" "$2" >"$tmpdir/cmp.out" 2>&1; then
-        check_fail "$3: $(head -c 300 "$tmpdir/cmp.out")"
-        return 0
-    fi
-    info "ok: $3"
-}
-
-# export_equals URI FILE WHAT: nbdcopy the export and compare with FILE.
-export_equals() {
-    local out="$tmpdir/export-copy.img"
-    rm -f "$out"
-    if ! nbdcopy -- "$1" "$out" 2>"$tmpdir/nbdcopy.err"; then
-        cat "$tmpdir/nbdcopy.err" >&2
-        check_fail "$3: nbdcopy of $1 failed"
-        return 0
-    fi
-    files_equal "$out" "$2" "$3"
-}
-
-
 # wait_until SECONDS COMMAND...: poll (every 0.1 s) until COMMAND
 # succeeds; returns 1 on timeout.
 wait_until() {
@@ -166,4 +153,32 @@ wait_until() {
         n=$((n - 1))
     done
     return 1
+}
+
+# merge_under_io WHAT SOCK CTLSOCK NAME TIMEOUT VIEW MODEL SEED: watch
+# snapshot NAME's merge (control-proto.py watch, up to TIMEOUT seconds)
+# until it is gone, while control-io.py io-loop reads and writes the
+# origin (seed SEED, at least 200 requests) and checks every read
+# against MODEL, which starts as a copy of VIEW (the snapshot's view)
+# and gets the client's writes.  Both must succeed (check_fail if not);
+# the caller then compares the origin with MODEL.
+merge_under_io() {
+    local what=$1 sock=$2 ctlsock=$3 name=$4 timeout=$5 view=$6 model=$7 seed=$8
+    local watch_pid io_pid st stop="$tmpdir/merge-under-io.stop"
+    rm -f "$stop"
+    "$PY" "$CTL_PROTO" watch "$ctlsock" "$name" --timeout "$timeout" >"$tmpdir/watch.out" 2>&1 &
+    watch_pid=$!
+    cp "$view" "$model"
+    "$PY" "$CTL_IO" io-loop "$(uri "$sock" origin)" --seed "$seed" --model "$model" \
+        --stop-file "$stop" --min-ops 200 >"$tmpdir/io.out" 2>&1 &
+    io_pid=$!
+    st=0; wait "$watch_pid" || st=$?
+    cat "$tmpdir/watch.out"
+    [ "$st" -eq 0 ] && info "ok: $what: the merge of $name finished" ||
+        check_fail "$what: the merge of $name did not finish cleanly (above)"
+    touch "$stop"
+    st=0; wait "$io_pid" || st=$?
+    cat "$tmpdir/io.out"
+    [ "$st" -eq 0 ] && info "ok: $what: origin I/O during the merge saw $name's view plus the client's own writes" ||
+        check_fail "$what: origin I/O during the merge went wrong (above)"
 }

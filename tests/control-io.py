@@ -53,7 +53,8 @@ import time
 import nbd
 
 from snapfg_test import (log, connect, close, errno_name, parse_region,
-                         random_request, Model, add_read_command)
+                         random_request, Model, add_read_command,
+                         write_random, flush_close_save)
 
 
 # --- small commands ---------------------------------------------------
@@ -65,13 +66,9 @@ def cmd_writes(a):
     n = 0
     for part in a.list.split(","):
         off, length = (int(x, 0) for x in part.split(":"))
-        data = rng.randbytes(length)
-        h.pwrite(data, off)
-        model.write(off, data)
+        write_random(h, rng, model, off, length)
         n += 1
-    h.flush()
-    close(h)
-    model.save()
+    flush_close_save(h, model)
     print("ok %d writes" % n)
 
 
@@ -83,15 +80,11 @@ def cmd_write_loop(a):
     n = 0
     while not os.path.exists(a.stop_file):
         off, length = random_request(rng, roff, rlen, a.max_len, a.align)
-        data = rng.randbytes(length)
-        h.pwrite(data, off)
-        model.write(off, data)
+        write_random(h, rng, model, off, length)
         n += 1
         if n == 1 and a.ready_file:
             open(a.ready_file, "w").close()
-    h.flush()
-    close(h)
-    model.save()
+    flush_close_save(h, model)
     print("ok %d writes" % n)
 
 
@@ -105,9 +98,7 @@ def cmd_io_loop(a):
     while not os.path.exists(a.stop_file) or writes + reads < a.min_ops:
         off, length = random_request(rng, roff, rlen, a.max_len, 512)
         if rng.randrange(2) == 0:
-            data = rng.randbytes(length)
-            h.pwrite(data, off)
-            model.write(off, data)
+            write_random(h, rng, model, off, length)
             writes += 1
         else:
             got = h.pread(length, off)
@@ -122,9 +113,7 @@ def cmd_io_loop(a):
                     break
         if writes + reads == 1 and a.ready_file:
             open(a.ready_file, "w").close()
-    h.flush()
-    close(h)
-    model.save()
+    flush_close_save(h, model)
     log("io-loop: %d writes, %d reads compared, %d mismatches"
         % (writes, reads, bad))
     sys.exit(1 if bad else 0)
@@ -365,6 +354,11 @@ def cmd_load(a):
                and not any(wr.error for wr in writers)
                and time.monotonic() < deadline):
             time.sleep(0.05)
+        short = [wr.w for wr, b in zip(writers, base) if len(wr.acked) < b + K]
+        if short:
+            log("note: after 60 s writers %s had not rewritten all their %d "
+                "blocks since the last snapshot (the changed check will "
+                "say so)" % (short, K))
     stop.set()
     for wr in writers:
         wr.join()

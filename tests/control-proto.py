@@ -114,52 +114,60 @@ class Conn:
         self.s.close()
 
 
+def exchange(path, data, conn=None):
+    """Send data on conn, or on a new connection closed afterwards, and
+    return the reply (see Conn.reply)."""
+    c = conn or Conn(path)
+    try:
+        c.send(data)
+        return c.reply()
+    finally:
+        if conn is None:
+            c.close()
+
+
 def expect_error(path, what, data, fragment, conn=None):
     """Send data (one or more bytes ending in a newline): the reply must be
     ok:false with fragment in its error message."""
-    c = conn or Conn(path)
     try:
-        c.send(data)
-        d = c.reply()
-        if d["ok"] is not False:
-            bad("%s: accepted; expected an error (reply %r)" % (what, d))
-            return False
-        msg = d.get("error")
-        if not isinstance(msg, str) or not msg:
-            bad("%s: error reply without a message: %r" % (what, d))
-            return False
-        if fragment not in msg:
-            bad("%s: error message %r lacks %r" % (what, msg, fragment))
-            return False
-        ok("%s: refused: %s" % (what, msg))
-        return True
+        d = exchange(path, data, conn)
     except Exception as e:
         bad("%s: %s" % (what, e))
         return False
-    finally:
-        if conn is None:
-            c.close()
+    if d["ok"] is not False:
+        bad("%s: accepted; expected an error (reply %r)" % (what, d))
+        return False
+    msg = d.get("error")
+    if not isinstance(msg, str) or not msg:
+        bad("%s: error reply without a message: %r" % (what, d))
+        return False
+    if fragment not in msg:
+        bad("%s: error message %r lacks %r" % (what, msg, fragment))
+        return False
+    ok("%s: refused: %s" % (what, msg))
+    return True
 
 
 def expect_ok(path, what, data, conn=None, check=None):
-    c = conn or Conn(path)
+    """Send data: the reply must be ok:true (and pass check, if given).
+    Returns the reply, or None."""
     try:
-        c.send(data)
-        d = c.reply()
-        if d["ok"] is not True:
-            bad("%s: refused: %r" % (what, d))
-            return None
-        if check and not check(d):
-            bad("%s: unexpected reply %r" % (what, d))
-            return None
-        ok(what)
-        return d
+        d = exchange(path, data, conn)
     except Exception as e:
         bad("%s: %s" % (what, e))
         return None
-    finally:
-        if conn is None:
-            c.close()
+    if d["ok"] is not True:
+        bad("%s: refused: %r" % (what, d))
+        return None
+    try:
+        good = check is None or check(d)
+    except Exception:
+        good = False
+    if not good:
+        bad("%s: unexpected reply %r" % (what, d))
+        return None
+    ok(what)
+    return d
 
 
 def is_status(d):

@@ -31,37 +31,23 @@
 # if connecting fails.
 
 import argparse
-import errno
-import os
 import random
 import sys
 
 import nbd
 
+from snapfg_test import log, close, errno_name
+import snapfg_test
+
 
 def connect(uri):
-    h = nbd.NBD()
-    # Unaligned requests on purpose are allowed (the tests say so).
-    h.set_strict_mode(nbd.STRICT_MASK & ~nbd.STRICT_ALIGN)
+    """A handle that lets unaligned requests through (the tests send them
+    on purpose); exit 2 if connecting fails."""
     try:
-        h.connect_uri(uri)
+        return snapfg_test.connect(uri, strict_align=False)
     except nbd.Error as e:
-        sys.stderr.write("failures-io: cannot connect to %s: %s\n" % (uri, e))
+        log("cannot connect to %s: %s" % (uri, e), file=sys.stderr)
         sys.exit(2)
-    return h
-
-
-def close(h):
-    try:
-        h.shutdown()
-    except nbd.Error:
-        pass
-
-
-def errno_name(e):
-    if e.errnum:
-        return errno.errorcode.get(e.errnum, str(e.errnum))
-    return "unknown(%s)" % e
 
 
 def model_write(path, off, data):

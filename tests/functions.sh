@@ -29,14 +29,20 @@ fail() {
 }
 
 # check_fail MESSAGE: record a failure and carry on; finish() fails the
-# test at the end.  Lets one run report every broken case.
+# test at the end.  Lets one run report every broken case.  Each failure
+# is also a line in $tmpdir/check-failures, which finish() counts, so
+# that one recorded in a subshell (a $(...), a pipeline, a background
+# job) is not lost with the subshell's variables.
 _check_failures=0
 check_fail() {
     echo "$test_name: FAIL: $*" >&2
     _check_failures=$((_check_failures + 1))
+    echo x >>"$tmpdir/check-failures"
 }
 finish() {
-    [ "$_check_failures" -eq 0 ] || fail "$_check_failures check(s) failed (see above)"
+    local n=0
+    [ ! -f "$tmpdir/check-failures" ] || n=$(wc -l <"$tmpdir/check-failures")
+    [ "$n" -eq 0 ] || fail "$n check(s) failed (see above)"
     info PASS
 }
 
@@ -170,16 +176,62 @@ checksum() { sha256sum <"$1" | cut -d' ' -f1; }
 # uri SOCK [EXPORT]
 uri() { echo "nbd+unix:///${2:-}?socket=$1"; }
 
+# test_files [SIZE]: set the names most tests use, all in $tmpdir:
+# $origin (origin.img), $orig (original.img: the origin as it was made),
+# $cow (cow.img), $expected (expected-origin.img), $sock, $pid
+# (nbdkit.pid) and $ctlsock (ctl.sock).  With SIZE, also write SIZE
+# random bytes to $origin and copy them to $orig.  A test that wants
+# other names sets them after the call.
+test_files() {
+    origin="$tmpdir/origin.img"
+    orig="$tmpdir/original.img"
+    cow="$tmpdir/cow.img"
+    expected="$tmpdir/expected-origin.img"
+    sock="$tmpdir/sock"
+    pid="$tmpdir/nbdkit.pid"
+    ctlsock="$tmpdir/ctl.sock"
+    if [ $# -gt 0 ]; then
+        make_random_image "$origin" "$1"
+        cp "$origin" "$orig"
+    fi
+}
+
+# test_seed: set $seed from SNAPFG_TEST_SEED, or pick one, and say which,
+# so that a failing run can be repeated.  Also seeds $RANDOM with it.
+test_seed() {
+    seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
+    info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
+    RANDOM=$seed
+}
+
 # --- reading and writing exports with the standard clients -----------
 
-# export_equals URI FILE [LABEL]: the export reads (nbdcopy) byte for
-# byte as FILE, size included.
+# copy_export URI FILE: nbdcopy the whole export into FILE (a new file).
+copy_export() {
+    rm -f "$2"
+    nbdcopy -- "$1" "$2"
+}
+
+# files_equal A B WHAT: the files are the same, byte for byte.
+# export_equals URI FILE [WHAT]: the export, read with nbdcopy, is FILE
+# byte for byte, size included.
+# Both record a difference with check_fail and return 0, so that a test
+# goes on and reports every broken case (finish fails it).
+files_equal() {
+    if ! cmp "$1" "$2" >"$tmpdir/cmp.out" 2>&1; then
+        check_fail "$3: $(head -c 300 "$tmpdir/cmp.out")"
+        return 0
+    fi
+    info "ok: $3"
+}
 export_equals() {
-    local u=$1 f=$2 label=${3:-$1}
-    nbdcopy -- "$u" - 2>"$tmpdir/nbdcopy.err" | cmp - "$f" >"$tmpdir/cmp.out" 2>&1 || {
+    local u=$1 f=$2 what=${3:-$1} out="$tmpdir/export-copy.img"
+    if ! copy_export "$u" "$out" 2>"$tmpdir/nbdcopy.err"; then
         cat "$tmpdir/nbdcopy.err" >&2
-        fail "$label: export differs from $(basename "$f"): $(head -c 300 "$tmpdir/cmp.out")"
-    }
+        check_fail "$what: nbdcopy of $u failed"
+        return 0
+    fi
+    files_equal "$out" "$f" "$what"
 }
 
 # fill_export URI OFFSET LENGTH BYTE: write LENGTH bytes of BYTE (a
@@ -299,18 +351,32 @@ wait_nbdkit_death() {
 # to start (non-zero exit, no crash, no hang).  Its stderr goes to
 # ERRFILE.  --run true makes a successful start exit at once, so a
 # plugin that wrongly accepts the parameters is caught (and cleans up).
-expect_start_failure() {
+expect_start_failure() { _start_refused "$@" || fail "$_why"; }
+
+# try_start_failure ERRFILE PARAMS...: the same, but records the failure
+# with check_fail and returns 1 instead of exiting.
+try_start_failure() {
+    _start_refused "$@" && return 0
+    check_fail "$_why"
+    return 1
+}
+
+# _start_refused ERRFILE PARAMS...: the check of the two above; on
+# failure, what is wrong in $_why.
+_why=
+_start_refused() {
     local errfile=$1 st=0
     shift
     timeout 60 nbdkit -U - --run true "$SNAPFG_PLUGIN" "$@" \
         >"$errfile.out" 2>"$errfile" || st=$?
     case $st in
-        0) fail "nbdkit started but must refuse: $*" ;;
-        124) fail "nbdkit hung (60 s) instead of refusing: $*" ;;
-        1) ;;
+        1) return 0 ;;
+        0) _why="nbdkit started but must refuse: $*" ;;
+        124) _why="nbdkit hung (60 s) instead of refusing: $*" ;;
         *) cat "$errfile" >&2
-           fail "nbdkit exited with status $st (crash?) instead of a clean error: $*" ;;
+           _why="nbdkit exited with status $st (crash?) instead of a clean error: $*" ;;
     esac
+    return 1
 }
 
 # expect_start_success PARAMS...: nbdkit with PARAMS starts and exits
@@ -325,47 +391,26 @@ expect_start_success() {
     fi
 }
 
-# try_start_failure ERRFILE PARAMS...: like expect_start_failure, but
-# records the failure with check_fail and returns 1 instead of exiting.
-try_start_failure() {
-    local errfile=$1 st=0
-    shift
-    timeout 60 nbdkit -U - --run true "$SNAPFG_PLUGIN" "$@" \
-        >"$errfile.out" 2>"$errfile" || st=$?
-    case $st in
-        1) return 0 ;;
-        0) check_fail "nbdkit started but must refuse: $*" ;;
-        124) check_fail "nbdkit hung (60 s) instead of refusing: $*" ;;
-        *) cat "$errfile" >&2
-           check_fail "nbdkit exited with status $st (crash?) instead of a clean error: $*" ;;
-    esac
+# expect_stderr ERRFILE STRING...: ERRFILE must contain every STRING.
+expect_stderr() { _stderr_has "$@" || fail "$_why"; }
+
+# try_stderr ERRFILE STRING...: the same, but records the failure with
+# check_fail and returns 1.
+try_stderr() {
+    _stderr_has "$@" && return 0
+    check_fail "$_why"
     return 1
 }
 
-# try_stderr ERRFILE STRING...: like expect_stderr, but records the
-# failure with check_fail and returns 1.
-try_stderr() {
+_stderr_has() {
     local f=$1 s
     shift
     for s in "$@"; do
         if ! grep -qF -- "$s" "$f"; then
             echo "--- stderr was: ---" >&2
             cat "$f" >&2
-            check_fail "error message does not mention '$s'"
+            _why="error message does not mention '$s'"
             return 1
-        fi
-    done
-}
-
-# expect_stderr ERRFILE STRING...: ERRFILE must contain every STRING.
-expect_stderr() {
-    local f=$1 s
-    shift
-    for s in "$@"; do
-        if ! grep -qF -- "$s" "$f"; then
-            echo "--- stderr was: ---" >&2
-            cat "$f" >&2
-            fail "error message does not mention '$s'"
         fi
     done
 }

@@ -31,25 +31,14 @@ import sys
 import threading
 import time
 
-import nbd
+from snapfg_test import log, connect_unix as connect
 
 CHUNK = 4096
-
-
-def log(msg):
-    print("lifecycle-loop: %s" % msg, flush=True)
 
 
 def fail(msg):
     print("lifecycle-loop: FAIL: %s" % msg, flush=True)
     sys.exit(1)
-
-
-def connect(sock, export):
-    h = nbd.NBD()
-    h.set_export_name(export)
-    h.connect_unix(sock)
-    return h
 
 
 def read_export(sock, export, size):

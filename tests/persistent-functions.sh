@@ -32,35 +32,52 @@ require_persistent_tools() {
 pio() { "$PY" "$PIO" "$@"; }
 make_cow() { "$PY" "$MAKE_COW" "$@"; }
 
-# copy_export URI FILE: nbdcopy the whole export into FILE (a new file).
-copy_export() {
-    rm -f "$2"
-    nbdcopy -- "$1" "$2"
+# persistent_test_files: the names of test_files (functions.sh) plus
+# $pristine (the origin as the snapshot saw it), $origin_model and
+# $snap_model (what the origin and the snapshot must read), $chunks (the
+# chunks written), all in $tmpdir; and $seed (test_seed).
+persistent_test_files() {
+    test_files
+    pristine="$tmpdir/pristine.img"
+    origin_model="$tmpdir/origin-model.img"
+    snap_model="$tmpdir/snapshot-model.img"
+    chunks="$tmpdir/chunks.txt"
+    test_seed
 }
 
-# export_equals URI FILE WHAT: the export's contents equal FILE, byte
-# for byte (otherwise records a check failure and carries on).
-export_equals() {
-    local uri=$1 file=$2 what=$3 out="$tmpdir/export-copy.img"
-    if ! copy_export "$uri" "$out" 2>"$tmpdir/nbdcopy.err"; then
-        cat "$tmpdir/nbdcopy.err" >&2
-        check_fail "$what: nbdcopy of $uri failed"
-        return 0
-    fi
-    if ! cmp "$out" "$file" >"$tmpdir/cmp.out" 2>&1; then
-        check_fail "$what: $uri differs from $(basename "$file"): $(head -c 300 "$tmpdir/cmp.out")"
-        return 0
-    fi
-    info "ok: $what"
+# Writers a test runs in the background (writer_pids+=($!)): kill_writers
+# kills them (SIGKILL: they are clients of an nbdkit being crashed) and
+# waits for them; it also runs on exit.
+writer_pids=()
+kill_writers() {
+    local p
+    for p in "${writer_pids[@]}"; do
+        kill -KILL "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    writer_pids=()
 }
+on_exit kill_writers
 
-# files_equal A B WHAT
-files_equal() {
-    if ! cmp "$1" "$2" >"$tmpdir/cmp.out" 2>&1; then
-        check_fail "$3: $(head -c 300 "$tmpdir/cmp.out")"
-        return 0
+# snapshot_is_invalid WHAT SOCK READ-OFFSET READ-LEN WRITE-OFFSET: the
+# snapshot export of the server on SOCK acts Invalid: reads at 0 and at
+# READ-OFFSET and a 4 KiB write at WRITE-OFFSET fail with EIO, nbdcopy
+# of it fails, and nbdinfo --list describes it as Invalid.
+snapshot_is_invalid() {
+    local what=$1 u r st
+    u=$(uri "$2" snapshot)
+    r=$(pio read "$u" 0 4096)
+    [ "$r" = "errno EIO" ] || check_fail "$what: snapshot read returned '$r', expected EIO"
+    r=$(pio read "$u" "$3" "$4")
+    [ "$r" = "errno EIO" ] || check_fail "$what: snapshot read at $3 returned '$r', expected EIO"
+    r=$(pio pwrite "$u" "$5" 4096)
+    [ "$r" = "errno EIO" ] || check_fail "$what: snapshot write returned '$r', expected EIO"
+    if copy_export "$u" "$tmpdir/x.img" 2>/dev/null; then
+        check_fail "$what: nbdcopy of the snapshot succeeded"
     fi
-    info "ok: $3"
+    st=$(snapshot_status "$2")
+    [ "$st" = Invalid ] || check_fail "$what: nbdinfo --list describes the snapshot as '$st', expected Invalid"
+    info "$what: snapshot reads and writes fail with EIO; status $st"
 }
 
 # nbdinfo_field SOCK EXPORT FIELD: a field of nbdinfo --json for EXPORT.

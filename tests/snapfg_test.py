@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Copyright (C) 2026 the snapfg authors
-# What the Python test helpers share (control-io.py, persistent-io.py):
+# What the Python test helpers share (control-io.py, persistent-io.py,
+# failures-io.py):
 # connecting, error names, the region and chunk-list arguments, random
-# requests, a model of an export's contents, and the "read" command.
+# requests and writes, a model of an export's contents, and the "read"
+# command.
 # Run the helpers with /usr/bin/python3 (the interpreter that has the nbd
 # module); they find this module beside them.
 #
@@ -31,6 +33,24 @@ def connect(uri, strict_align=True):
         h.set_strict_mode(nbd.STRICT_MASK & ~nbd.STRICT_ALIGN)
     h.connect_uri(uri)
     return h
+
+
+def connect_unix(sock, export, strict_align=True):
+    """A handle connected to export on the Unix socket sock."""
+    h = nbd.NBD()
+    if not strict_align:
+        h.set_strict_mode(nbd.STRICT_MASK & ~nbd.STRICT_ALIGN)
+    h.set_export_name(export)
+    h.connect_unix(sock)
+    return h
+
+
+def write_tracked(h, img, off, n):
+    """Write n random bytes at off through h and into img, a bytearray
+    of what the export must hold."""
+    buf = os.urandom(n)
+    h.pwrite(buf, off)
+    img[off:off + n] = buf
 
 
 def close(h):
@@ -100,6 +120,22 @@ class Model:
         if self.path:
             with open(self.path, "wb") as f:
                 f.write(self.data)
+
+
+def write_random(h, rng, model, off, length):
+    """Write length random bytes (from rng) at off, and the same to the
+    model; returns them."""
+    data = rng.randbytes(length)
+    h.pwrite(data, off)
+    model.write(off, data)
+    return data
+
+
+def flush_close_save(h, model):
+    """The end of a writer: flush, disconnect, save the model."""
+    h.flush()
+    close(h)
+    model.save()
 
 
 def cmd_read(a):

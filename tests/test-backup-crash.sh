@@ -50,20 +50,7 @@ kill9() {
 }
 
 # write_some N SEED: N acknowledged random writes to the origin (no flush).
-write_some() {
-    "$PY" - "$origin" "$1" "$2" "$size" <<'EOF'
-import nbd, os, random, sys
-uri, n, seed, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rng = random.Random(seed)
-h = nbd.NBD()
-h.connect_uri(uri)
-for _ in range(n):
-    length = rng.randrange(1, 9) * 4096
-    off = rng.randrange((size - length) // 4096 + 1) * 4096
-    h.pwrite(os.urandom(length), off)
-h.shutdown()
-EOF
-}
+write_some() { write_random_blocks "$origin" "$1" "$2" "$size"; }
 
 # run_ok N WHAT [ARGS]: a backup that must succeed and restore exactly.
 run_ok() {

@@ -48,21 +48,7 @@ tls_uri="nbds://backup@127.0.0.1:$port/?tls-psk-file=$psk"
 info "server on $tls_uri"
 
 # write_some N SEED through TLS.
-write_some() {
-    "$PY" - "$tls_uri" "$1" "$2" "$size" <<'EOF'
-import nbd, os, random, sys
-uri, n, seed, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rng = random.Random(seed)
-h = nbd.NBD()
-h.set_uri_allow_local_file(True)
-h.connect_uri(uri)
-for _ in range(n):
-    length = rng.randrange(1, 9) * 4096
-    off = rng.randrange((size - length) // 4096 + 1) * 4096
-    h.pwrite(os.urandom(length), off)
-h.shutdown()
-EOF
-}
+write_some() { write_random_blocks "$tls_uri" "$1" "$2" "$size"; }
 save() {
     "$PY" - "$tls_uri" "$1" <<'EOF'
 import nbd, sys

@@ -115,6 +115,8 @@ if have script; then
     grep -q 'verify: .* MiB (100%), .* MiB/s' "$tmpdir/tty.log" ||
         check_fail "no progress line on a terminal: $(tr '\r' '\n' <"$tmpdir/tty.log" | tail -n 3)"
     cmp "$tmpdir/tty.img" "$tmpdir/expect-4.img" || check_fail "restore on a terminal differs"
+else
+    info "script(1) not found: the progress line on a terminal is not checked"
 fi
 
 # Every point, byte for byte.

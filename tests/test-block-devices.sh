@@ -24,9 +24,8 @@ require_snapfg
 requires losetup nbdcopy cmp mknod stat truncate
 
 size=$((4 * 1024 * 1024))
+test_files
 cow="$tmpdir/store.cow"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
 err="$tmpdir/err"
 
 make_random_image "$tmpdir/a.img" "$size"

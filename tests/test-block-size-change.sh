@@ -27,14 +27,8 @@ require_nbd_check
 
 size=$((8 * 1024 * 1024))
 half=$((size / 2))
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
+test_files "$size"
 cow="$tmpdir/snapshot.cow"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
-make_random_image "$origin" "$size"
-cp "$origin" "$orig"
 seconds=${SNAPFG_BS_SECONDS:-10}
 
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" control="$ctlsock"

@@ -17,13 +17,7 @@ require_control_tools
 
 chunk=4096
 size=$((4 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
-FIO="$(dirname "$0")/failures-io.py"
-fio() { "$PY" "$FIO" "$@"; }
-make_random_image "$origin" "$size"
+test_files "$size"
 
 # --- 1. Invalid ---------------------------------------------------------
 start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
@@ -33,7 +27,7 @@ ctl_ok "create small (4 chunks of COW)" "$ctlsock" create small \
 ctl_ok "create big (room for every chunk)" "$ctlsock" create big \
     --cow "$tmpdir/big.cow" --store transient --chunk-size $chunk
 for c in 1 3 5 7 9 11; do
-    fio write "$(uri "$sock" origin)" $((c * chunk)) $chunk --seed $c >/dev/null ||
+    failures_io write "$(uri "$sock" origin)" $((c * chunk)) $chunk --seed $c >/dev/null ||
         fail "origin write to chunk $c failed"
 done
 ctl "$ctlsock" --json status small || true
@@ -68,7 +62,7 @@ stop_nbdkit "$pid"
 SNAPFG_TEST_MERGE_DELAY_US=3000000 \
     start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
 ctl_ok "create m (persistent)" "$ctlsock" create m --cow "$tmpdir/m.cow" --chunk-size $chunk
-fio write "$(uri "$sock" origin)" 0 $((64 * chunk)) --seed 99 >/dev/null ||
+failures_io write "$(uri "$sock" origin)" 0 $((64 * chunk)) --seed 99 >/dev/null ||
     fail "origin write of 64 chunks failed"
 ctl_ok "changed on m before the merge" "$ctlsock" changed m
 grep -qx "# 1 ranges, $((64 * chunk)) bytes changed" "$tmpdir/ctl.out" ||

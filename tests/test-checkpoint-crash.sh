@@ -28,18 +28,12 @@ set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
-CKIO="$(cd "$(dirname "$0")" && pwd)/checkpoint-io.py"
 MiB=$((1024 * 1024))
 G=65536
 size=$((32 * MiB))
-origin="$tmpdir/origin.img"
 state="$tmpdir/state.json"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
-make_random_image "$origin" "$size"
+test_files "$size"
 
-ckio() { "$PY" "$CKIO" "$@"; }
 acked_at_least() {
     local n
     n=$(grep -c '^A' "$1" 2>/dev/null) || n=0

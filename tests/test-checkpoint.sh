@@ -32,18 +32,12 @@ set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
-CKIO="$(cd "$(dirname "$0")" && pwd)/checkpoint-io.py"
 MiB=$((1024 * 1024))
 G=65536
 size=$((64 * MiB))
-origin="$tmpdir/origin.img"
 state="$tmpdir/state.json"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
-make_random_image "$origin" "$size"
+test_files "$size"
 
-ckio() { "$PY" "$CKIO" "$@"; }
 
 # =====================================================================
 info "=== 1. bad input"

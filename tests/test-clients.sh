@@ -19,43 +19,37 @@ for t in qemu-io qemu-img nbdcopy nbdinfo; do
 done
 
 size=$((8 * 1024 * 1024))
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
-cow="$tmpdir/cow.img"
-expected="$tmpdir/expected-origin.img"
-make_random_image "$origin" "$size"
-cp "$origin" "$orig"
+test_files "$size"
 cp "$origin" "$expected"
 
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" store=transient chunk-size=4K
 o_uri=$(uri "$sock" origin)
 s_uri=$(uri "$sock" snapshot)
 
-# snapshot_equals FILE LABEL: read the snapshot with every tool present;
-# with neither qemu-img nor nbdcopy, with libnbd's Python binding, so that
-# the snapshot is always read and compared.
-snapshot_equals() {
-    local f=$1 label=$2 compared=0
+# export_equals_all URI FILE LABEL: read the export with every tool
+# present (qemu-img convert and compare, nbdcopy); with neither, with
+# libnbd's Python binding, so that the export is always read and
+# compared.
+export_equals_all() {
+    local u=$1 f=$2 label=$3 compared=0
     if have qemu-img; then
         rm -f "$tmpdir/out-qemu.img"
-        qemu-img convert -f raw -O raw "$s_uri" "$tmpdir/out-qemu.img"
+        qemu-img convert -f raw -O raw "$u" "$tmpdir/out-qemu.img"
         cmp "$tmpdir/out-qemu.img" "$f" ||
-            fail "$label: qemu-img convert of the snapshot differs from $(basename "$f")"
-        qemu-img compare -f raw -F raw "$s_uri" "$f" >/dev/null ||
-            fail "$label: qemu-img compare: snapshot differs from $(basename "$f")"
+            fail "$label: qemu-img convert of $u differs from $(basename "$f")"
+        qemu-img compare -f raw -F raw "$u" "$f" >/dev/null ||
+            fail "$label: qemu-img compare: $u differs from $(basename "$f")"
         compared=1
     fi
     if have nbdcopy; then
         rm -f "$tmpdir/out-nbdcopy.img"
-        nbdcopy "$s_uri" "$tmpdir/out-nbdcopy.img"
+        nbdcopy "$u" "$tmpdir/out-nbdcopy.img"
         cmp "$tmpdir/out-nbdcopy.img" "$f" ||
-            fail "$label: nbdcopy of the snapshot differs from $(basename "$f")"
+            fail "$label: nbdcopy of $u differs from $(basename "$f")"
         compared=1
     fi
     if [ "$compared" -eq 0 ]; then
-        "$PY" - "$s_uri" "$f" <<'EOF' ||
+        "$PY" - "$u" "$f" <<'EOF' ||
 import sys
 import nbd
 h = nbd.NBD()
@@ -63,31 +57,25 @@ h.connect_uri(sys.argv[1])
 want = open(sys.argv[2], "rb").read()
 size = h.get_size()
 if size != len(want):
-    sys.exit("snapshot size %d, file size %d" % (size, len(want)))
+    sys.exit("export size %d, file size %d" % (size, len(want)))
 for off in range(0, size, 1 << 20):
     n = min(1 << 20, size - off)
     if h.pread(n, off) != want[off:off + n]:
-        sys.exit("snapshot differs in [%d, +%d)" % (off, n))
+        sys.exit("export differs in [%d, +%d)" % (off, n))
 h.shutdown()
 EOF
-            fail "$label: the snapshot read with $PY (nbd module) differs from $(basename "$f")"
+            fail "$label: $u read with $PY (nbd module) differs from $(basename "$f")"
     fi
-    info "$label: snapshot equals $(basename "$f")"
 }
 
-# origin_equals FILE LABEL
+# snapshot_equals FILE LABEL, origin_equals FILE LABEL
+snapshot_equals() {
+    export_equals_all "$s_uri" "$1" "$2"
+    info "$2: snapshot equals $(basename "$1")"
+}
 origin_equals() {
-    local f=$1 label=$2
-    if have qemu-img; then
-        qemu-img compare -f raw -F raw "$o_uri" "$f" >/dev/null ||
-            fail "$label: qemu-img compare: origin differs from $(basename "$f")"
-    elif have nbdcopy; then
-        rm -f "$tmpdir/out-origin.img"
-        nbdcopy "$o_uri" "$tmpdir/out-origin.img"
-        cmp "$tmpdir/out-origin.img" "$f" ||
-            fail "$label: origin differs from $(basename "$f")"
-    fi
-    info "$label: origin equals $(basename "$f")"
+    export_equals_all "$o_uri" "$1" "$2"
+    info "$2: origin equals $(basename "$1")"
 }
 
 # --- 1. qemu-io writes to the origin --------------------------------

@@ -19,13 +19,7 @@ require_nbd_check
 
 size=$((16 * 1024 * 1024))
 total=${SNAPFG_CONCURRENCY_SECONDS:-10}
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
-cow="$tmpdir/cow.img"
-expected="$tmpdir/expected-origin.img"
-make_random_image "$origin" "$size"
+test_files "$size"
 
 # run_config NAME DELAY_US SECONDS WRITERS READERS "DRIVER OPTIONS" PARAMS...
 run_config() {
@@ -61,8 +55,7 @@ run_config() {
     info "$name: passed in $((SECONDS - t0)) s"
 }
 
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
+test_seed
 
 run_config "striped, delayed" 200 "$total" 4 4 "--chunk 4096" \
     locking=striped

@@ -5,7 +5,8 @@
 #
 #  1. --version ("snapfgctl VERSION", the configured version), help,
 #     help COMMAND and COMMAND --help; snapfgctl help and the man page
-#     (man/snapfgctl.pod, COMMANDS) list the same commands, and every
+#     (man/snapfgctl.pod, COMMANDS) list the same commands, README has a
+#     row for each in its command tables, and every
 #     command of the help has its own --help;
 #  2. options anywhere on the line: --json before or after the command
 #     or its arguments, -S after the command, --socket=, "--";
@@ -33,12 +34,7 @@ source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
 size=$((8 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-make_random_image "$origin" "$size"
-cp "$origin" "$tmpdir/original.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
+test_files "$size"
 # The merge is slowed down so that merge --wait has something to show.
 SNAPFG_TEST_MERGE_DELAY_US=2000 start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
 
@@ -86,6 +82,13 @@ else
     diff <(echo "$help_cmds") <(echo "$pod_cmds") >&2 || true
     check_fail "snapfgctl help (<) and the man page's COMMANDS (>) differ"
 fi
+# README's command tables have a row for every command too.
+readme_missing=
+while read -r c; do
+    grep -qE -- "^\|( \`[^|]*\`,)* \`$c[\` ]" "$top_srcdir/README.md" || readme_missing="$readme_missing $c"
+done <<<"$help_cmds"
+[ -z "$readme_missing" ] && info "ok: README's command tables have a row for every command" ||
+    check_fail "README's command tables lack a row for:$readme_missing"
 while read -r c; do
     # shellcheck disable=SC2086
     expect_st "$c --help" 0 $c --help

@@ -30,15 +30,11 @@ source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
 size=$((8 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-make_random_image "$origin" "$size"
+test_files "$size"
 # Another origin for the other servers and the start-up checks: the
 # first server holds a lock on $origin.
 other="$tmpdir/other.img"
 make_random_image "$other" "$size"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
 start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock" max-snapshots=3
 log="$pid.log"
 server_pid=$(cat "$pid")

@@ -32,15 +32,9 @@ source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
 size=$((4 * 1024 * 1024 + 12288))   # not a multiple of 64K: partial last chunk
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
 cow1="$tmpdir/snap1.cow"
 cow2="$tmpdir/snap2.cow"
-make_random_image "$origin" "$size"
-cp "$origin" "$orig"
+test_files "$size"
 # Another uid must be able to reach the socket's directory, so that the
 # socket's own mode is what refuses it (section 8).
 chmod 711 "$tmpdir"

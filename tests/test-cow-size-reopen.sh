@@ -14,14 +14,8 @@ require_control_tools
 
 chunk=4096
 size=$((4 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
+test_files "$size"
 cow="$tmpdir/snap.cow"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
-make_random_image "$origin" "$size"
-cp "$origin" "$orig"
 make_random_image "$tmpdir/new.img" $((100 * chunk))
 
 # 100 copy-outs: the store uses its header, area 0 and 100 data chunks.

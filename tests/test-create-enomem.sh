@@ -22,13 +22,7 @@ require_control_tools
 
 chunk=4096
 size=$((4 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
-FIO="$(dirname "$0")/failures-io.py"
-fio() { "$PY" "$FIO" "$@"; }
-make_random_image "$origin" "$size"
+test_files "$size"
 
 # --- 1. a new snapshot ----------------------------------------------------
 SNAPFG_TEST_FAIL_AT=snapshot-list \
@@ -47,7 +41,7 @@ SNAPFG_TEST_CRASH_AT=merge:1 \
     start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
 ctl_ok "create m" "$ctlsock" create m --cow "$tmpdir/m.cow" --chunk-size $chunk
 cp "$origin" "$tmpdir/snapview.img"
-fio write "$(uri "$sock" origin)" 0 $((64 * chunk)) --seed 5 >/dev/null ||
+failures_io write "$(uri "$sock" origin)" 0 $((64 * chunk)) --seed 5 >/dev/null ||
     fail "origin write of 64 chunks failed"
 ctl "$ctlsock" merge m || true      # the hook may kill it before the reply
 wait_nbdkit_death "$pid" 60 2>/dev/null

@@ -24,13 +24,8 @@ requires mount umount
 
 chunk=4096
 size=$((4 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
+test_files
 mnt="$tmpdir/mnt"
-FIO="$(dirname "$0")/failures-io.py"
-fio() { "$PY" "$FIO" "$@"; }
 mkdir "$mnt"
 
 # mount_small PAGES: a fresh tmpfs of PAGES pages of 4 KiB at $mnt.
@@ -73,11 +68,11 @@ make_random_image "$origin" "$size"
 cp "$origin" "$tmpdir/snapview.img"     # the snapshot's model
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" chunk-size=$chunk control="$ctlsock"
 # 40 origin chunks change: the snapshot preserves their old data.
-fio write "$(uri "$sock" origin)" 0 $((40 * chunk)) --seed 1 >/dev/null ||
+failures_io write "$(uri "$sock" origin)" 0 $((40 * chunk)) --seed 1 >/dev/null ||
     fail "origin write of 40 chunks failed"
 cp "$origin" "$tmpdir/origin-model.img"
 # 200 whole-chunk snapshot writes, far more than the room left.
-fio writes "$(uri "$sock" snapshot)" --chunks 100:200 --chunk-size $chunk --seed 2 \
+failures_io writes "$(uri "$sock" snapshot)" --chunks 100:200 --chunk-size $chunk --seed 2 \
     --model "$tmpdir/snapview.img" --results "$tmpdir/a.results" >"$tmpdir/a.counts"
 info "snapshot writes: $(cat "$tmpdir/a.counts")"
 ok=$(grep -c ' ok$' "$tmpdir/a.results" || true)
@@ -88,12 +83,12 @@ nospc=$(grep -c ' ENOSPC$' "$tmpdir/a.results" || true)
 # Once one failed, every later one failed too (none half-succeeded).
 awk '$2 != "ok" { bad = 1 } bad && $2 == "ok" { exit 1 }' "$tmpdir/a.results" ||
     check_fail "a snapshot write succeeded after one had failed with ENOSPC"
-fio write "$(uri "$sock" snapshot)" $((300 * chunk + 512)) 1024 --seed 3 --expect ENOSPC >/dev/null ||
+failures_io write "$(uri "$sock" snapshot)" $((300 * chunk + 512)) 1024 --seed 3 --expect ENOSPC >/dev/null ||
     check_fail "a sub-chunk snapshot write needing a copy-out on the full file system did not fail with ENOSPC"
 expect_state snapshot Overflow "after the file system filled"
-fio write "$(uri "$sock" snapshot)" $((5 * chunk + 512)) 1024 --seed 4 --model "$tmpdir/snapview.img" >/dev/null ||
+failures_io write "$(uri "$sock" snapshot)" $((5 * chunk + 512)) 1024 --seed 4 --model "$tmpdir/snapview.img" >/dev/null ||
     check_fail "a snapshot write into a chunk the snapshot holds (preserved) failed"
-fio write "$(uri "$sock" snapshot)" $((100 * chunk)) $chunk --seed 5 --model "$tmpdir/snapview.img" >/dev/null ||
+failures_io write "$(uri "$sock" snapshot)" $((100 * chunk)) $chunk --seed 5 --model "$tmpdir/snapview.img" >/dev/null ||
     check_fail "a snapshot write into a chunk the snapshot holds (written) failed"
 export_equals "$(uri "$sock" snapshot)" "$tmpdir/snapview.img" "the overflowed snapshot: every preserved chunk and every successful write intact"
 export_equals "$(uri "$sock" origin)" "$tmpdir/origin-model.img" "the origin is unaffected"
@@ -108,15 +103,15 @@ info "restart on the full file system"
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" chunk-size=$chunk control="$ctlsock"
 expect_state snapshot valid "after the restart"
 export_equals "$(uri "$sock" snapshot)" "$tmpdir/snapview.img" "after the restart the snapshot holds the same data"
-fio write "$(uri "$sock" snapshot)" $((310 * chunk)) $chunk --seed 6 --expect ENOSPC >/dev/null ||
+failures_io write "$(uri "$sock" snapshot)" $((310 * chunk)) $chunk --seed 6 --expect ENOSPC >/dev/null ||
     check_fail "after the restart a snapshot write needing a new chunk did not fail with ENOSPC"
 expect_state snapshot Overflow "after the restart and a write that found no room"
 # An origin write needing a copy-out: the snapshot cannot keep the old
 # data, so it is lost (Invalid), and the origin write goes ahead.
-fio write "$(uri "$sock" origin)" $((500 * chunk)) $chunk --seed 7 --model "$tmpdir/origin-model.img" >/dev/null ||
+failures_io write "$(uri "$sock" origin)" $((500 * chunk)) $chunk --seed 7 --model "$tmpdir/origin-model.img" >/dev/null ||
     check_fail "an origin write needing a copy-out on the full file system failed"
 expect_state snapshot Invalid "after an origin write found no room for its copy-out"
-fio read "$(uri "$sock" snapshot)" 0 $chunk --expect EIO >/dev/null ||
+failures_io read "$(uri "$sock" snapshot)" 0 $chunk --expect EIO >/dev/null ||
     check_fail "a read of the Invalid snapshot did not fail with EIO"
 export_equals "$(uri "$sock" origin)" "$tmpdir/origin-model.img" "the origin holds every write"
 stop_nbdkit "$pid"
@@ -133,9 +128,9 @@ cow="$mnt/b.cow"
 make_random_image "$origin" "$size"
 cp "$origin" "$tmpdir/snapview.img"
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" chunk-size=$chunk control="$ctlsock"
-fio write "$(uri "$sock" origin)" 0 $((40 * chunk)) --seed 11 >/dev/null ||
+failures_io write "$(uri "$sock" origin)" 0 $((40 * chunk)) --seed 11 >/dev/null ||
     fail "origin write of 40 chunks failed"
-fio writes "$(uri "$sock" snapshot)" --chunks 100:230 --chunk-size $chunk --seed 12 \
+failures_io writes "$(uri "$sock" snapshot)" --chunks 100:230 --chunk-size $chunk --seed 12 \
     --model "$tmpdir/snapview.img" --results "$tmpdir/b.results" >"$tmpdir/b.counts"
 info "snapshot writes: $(cat "$tmpdir/b.counts")"
 first_fail=$(awk '$2 != "ok" { print $1 - 100 + 40 + 1; exit }' "$tmpdir/b.results")

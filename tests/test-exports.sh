@@ -11,13 +11,7 @@ require_snapfg
 requires nbdinfo nbdcopy
 
 size=$((4 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
-cow="$tmpdir/cow.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-make_random_image "$origin" "$size"
-cp "$origin" "$orig"
+test_files "$size"
 
 # nbdinfo_list URI: nbdinfo --list output, failing the test on error.
 nbdinfo_list() {

@@ -19,12 +19,7 @@ size=$((4 * 1024 * 1024))
 chunk=4096
 cow_chunks=16
 cow_size=$((cow_chunks * chunk))
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
-cow="$tmpdir/cow.img"
-expected="$tmpdir/expected-origin.img"
+test_files
 
 # snapshot_description: the description nbdinfo --list gives the snapshot.
 snapshot_description() { export_description "$sock" snapshot; }

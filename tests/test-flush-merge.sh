@@ -24,15 +24,9 @@ requires strace
 
 chunk=4096
 size=$((4 * 1024 * 1024))
-origin="$tmpdir/origin.img"
-cow="$tmpdir/m.cow"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
 trace="$tmpdir/strace.log"
-FIO="$(dirname "$0")/failures-io.py"
-fio() { "$PY" "$FIO" "$@"; }
-make_random_image "$origin" "$size"
+test_files "$size"
+cow="$tmpdir/m.cow"
 cp "$origin" "$tmpdir/model.img"     # the snapshot's view: the origin now
 
 SNAPFG_TEST_MERGE_DELAY_US=600000000 \
@@ -40,7 +34,7 @@ SNAPFG_TEST_MERGE_DELAY_US=600000000 \
 ctl_ok "create m" "$ctlsock" create m --cow "$cow" --chunk-size $chunk
 # One request: the 64 copy-outs commit in chunk order, so the merge's
 # first batch (the last 16 pairs of the table) is chunks 48-63.
-fio write "$(uri "$sock" origin)" 0 $((64 * chunk)) --seed 7 >/dev/null ||
+failures_io write "$(uri "$sock" origin)" 0 $((64 * chunk)) --seed 7 >/dev/null ||
     fail "origin write of 64 chunks failed"
 ctl_ok "merge m" "$ctlsock" merge m
 
@@ -69,13 +63,13 @@ ctl "$ctlsock" --json status m || true
 [ "$(jq_py "$tmpdir/ctl.out" 'd["snapshots"][0]["state"]')" = merging ] ||
     fail "m is not merging: $(cat "$tmpdir/ctl.out")"
 
-fio write "$(uri "$sock" origin)" $((2 * chunk)) $chunk --seed 8 --model "$tmpdir/model.img" >/dev/null ||
+failures_io write "$(uri "$sock" origin)" $((2 * chunk)) $chunk --seed 8 --model "$tmpdir/model.img" >/dev/null ||
     fail "origin write to chunk 2 during the merge failed"
 n=$(syncs_of "$cow_fd")
 [ "$n" = 0 ] && info "ok: a plain write during the merge syncs nothing" ||
     check_fail "a plain origin write during the merge synced the COW file $n times (expected 0)"
 
-fio flush "$(uri "$sock" origin)" >/dev/null || fail "flush during the merge failed"
+failures_io flush "$(uri "$sock" origin)" >/dev/null || fail "flush during the merge failed"
 n=$(syncs_of "$cow_fd")
 if [ "$n" -ge 1 ]; then
     info "ok: the flush synced the COW file ($n times) before it returned"
@@ -94,7 +88,7 @@ else
 fi
 
 before=$(syncs_of "$cow_fd")
-fio write "$(uri "$sock" origin)" $((3 * chunk)) $chunk --seed 9 --fua --model "$tmpdir/model.img" >/dev/null ||
+failures_io write "$(uri "$sock" origin)" $((3 * chunk)) $chunk --seed 9 --fua --model "$tmpdir/model.img" >/dev/null ||
     fail "FUA origin write to chunk 3 during the merge failed"
 n=$(syncs_of "$cow_fd")
 [ "$n" -gt "$before" ] && info "ok: a FUA write during the merge syncs the COW file" ||
@@ -103,9 +97,9 @@ kill "$strace_pid" 2>/dev/null || true
 wait "$strace_pid" 2>/dev/null || true
 
 # Chunks 48-63 are claimed by the sleeping merge batch: reads wait there.
-fio read "$(uri "$sock" origin)" 0 $((48 * chunk)) --model "$tmpdir/model.img" >/dev/null ||
+failures_io read "$(uri "$sock" origin)" 0 $((48 * chunk)) --model "$tmpdir/model.img" >/dev/null ||
     check_fail "origin view during the merge (chunks 0-47) differs from the snapshot's data plus the writes"
-fio read "$(uri "$sock" origin)" $((64 * chunk)) $((size - 64 * chunk)) --model "$tmpdir/model.img" >/dev/null ||
+failures_io read "$(uri "$sock" origin)" $((64 * chunk)) $((size - 64 * chunk)) --model "$tmpdir/model.img" >/dev/null ||
     check_fail "origin view during the merge (past chunk 63) differs from the model"
 
 # The merge thread sleeps for 600 s: kill nbdkit, let a restart finish it.

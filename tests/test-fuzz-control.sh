@@ -8,9 +8,10 @@
 #   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 #     ... src/control-protocol.c src/control-commands.c -ljansson
 #
-# from a small seed corpus of valid requests (every command) and a few
-# near misses, with a dictionary of the protocol's tokens generated from
-# the command table (tests/fuzz-control-dict.c).  The seeds are
+# from a small seed corpus of valid requests (every command, generated
+# from the command table by tests/fuzz-control-dict.c) and a few near
+# misses, with a dictionary of the protocol's tokens generated from the
+# same table.  The seeds are
 # first run once as a regression check.  A crash, leak, sanitizer report,
 # broken promise (see the .c file) or timeout fails the test and prints
 # the input that caused it (base64).  Skips (77) if clang or its libFuzzer
@@ -49,26 +50,36 @@ clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     $(pkg-config --cflags --libs jansson) \
     >"$tmpdir/build.err" 2>&1 || { cat "$tmpdir/build.err"; fail "could not build the fuzz target"; }
 
-# The seed corpus: one file per request (no newline: the server strips it).
+# The dictionary and the seeds of every command come from the command
+# table (every command and key), so that a new command is fuzzed too.
+info "generating the dictionary from the command table"
+clang -g -I"$srcdir/src" -I"$top_builddir" -o "$tmpdir/fuzz-control-dict" \
+    "$srcdir/tests/fuzz-control-dict.c" "$srcdir/src/control-commands.c" \
+    "$srcdir/src/control-protocol.c" $(pkg-config --cflags --libs jansson) \
+    >"$tmpdir/dict-build.err" 2>&1 || { cat "$tmpdir/dict-build.err"; fail "could not build the dictionary generator"; }
+"$tmpdir/fuzz-control-dict" >"$tmpdir/dict" || fail "the dictionary generator failed"
+grep -qx '"\\"create\\""' "$tmpdir/dict" && grep -qx '"\\"chunk_size\\""' "$tmpdir/dict" ||
+    fail "the generated dictionary lacks create or chunk_size: $(tr '\n' ' ' <"$tmpdir/dict")"
+info "$(wc -l <"$tmpdir/dict") dictionary entries"
+
+# The seed corpus: one file per request (no newline: the server strips
+# it): a valid request per command with its required keys and one with
+# all its keys (generated), then requests written by hand: odd values,
+# odd JSON and near misses.
 seeds="$tmpdir/seeds"
 mkdir "$seeds"
+"$tmpdir/fuzz-control-dict" seeds "$seeds" || fail "the seed generator failed"
+[ -s "$seeds/cmd-create-all" ] && grep -q '"chunk_size":' "$seeds/cmd-create-all" ||
+    fail "the generated seeds lack create with chunk_size: $(cat "$seeds/cmd-create-all" 2>&1)"
+info "$(ls "$seeds" | wc -l) seeds generated from the command table"
 i=0
 while IFS= read -r line; do
     i=$((i + 1))
     printf '%s' "$line" >"$seeds/seed-$i"
 done <<'EOF'
-{"cmd":"status"}
-{"cmd":"status","name":"snap1"}
-{"cmd":"list"}
-{"cmd":"stats"}
-{"cmd":"create","name":"snap1","cow":"/var/tmp/snap1.cow"}
 {"cmd":"create","name":"s2","cow":"/tmp/s2.cow","store":"transient","chunk_size":65536,"cow_size":1073741824}
 {"cmd":"create","name":"s\u00e9\n\"x","cow":"/tmp/a b\\c","store":"persistent","chunk_size":4096}
-{"cmd":"drop","name":"snap1"}
-{"cmd":"set-block-size","block_size":4096}
 {"cmd":"set-block-size","block_size":512}
-{"cmd":"merge","name":"snap1"}
-{"cmd":"changed","name":"snap1"}
  { "cmd" : "status" , "name" : "x" } 
 {"cmd":"status","name":"nosuch"}
 {"cmd":"list","x":[1,2.5e3,-0,true,false,null,{"a":{}}]}
@@ -82,16 +93,6 @@ printf '{"cmd":"status"}\0{"cmd":"list"}' >"$seeds/seed-nul"
 printf '{"cmd":"list"}%4082s' "" >"$seeds/seed-4096"    # exactly the limit
 printf '{"cmd":"list"}%4083s' "" >"$seeds/seed-4097"    # one over
 info "$(ls "$seeds" | wc -l) seed inputs"
-
-# The dictionary comes from the command table (every command and key).
-info "generating the dictionary from the command table"
-clang -g -I"$srcdir/src" -I"$top_builddir" -o "$tmpdir/fuzz-control-dict" \
-    "$srcdir/tests/fuzz-control-dict.c" "$srcdir/src/control-commands.c" \
-    >"$tmpdir/dict-build.err" 2>&1 || { cat "$tmpdir/dict-build.err"; fail "could not build the dictionary generator"; }
-"$tmpdir/fuzz-control-dict" >"$tmpdir/dict" || fail "the dictionary generator failed"
-grep -qx '"\\"create\\""' "$tmpdir/dict" && grep -qx '"\\"chunk_size\\""' "$tmpdir/dict" ||
-    fail "the generated dictionary lacks create or chunk_size: $(tr '\n' ' ' <"$tmpdir/dict")"
-info "$(wc -l <"$tmpdir/dict") dictionary entries"
 
 # report_crash: show what failed and the input, so it can be replayed
 # with: base64 -d > crash && ./fuzz-control-protocol crash

@@ -76,21 +76,13 @@ start_snapfg "$tmpdir/a.sock" "$tmpdir/a.pid" origin="$tmpdir/a-origin.img" cow=
 # Origin writes: every 5th 4K chunk (410 exceptions, two metadata areas
 # of 256 pairs), plus sub-chunk writes; snapshot writes: whole and
 # sub-chunk.  The script keeps the expected images.
-SOCK=$tmpdir/a.sock ORIG=$tmpdir/a-orig.img OUT=$tmpdir/a timeout 120 "$PY" - <<'PY' || fail "(a): host writes through snapfg failed"
+SOCK=$tmpdir/a.sock ORIG=$tmpdir/a-orig.img OUT=$tmpdir/a PYTHONPATH=$_fn_dir timeout 120 "$PY" - <<'PY' || fail "(a): host writes through snapfg failed"
 import os, nbd
 sock, orig, out = os.environ["SOCK"], os.environ["ORIG"], os.environ["OUT"]
 origin = bytearray(open(orig, "rb").read())
 snap = bytearray(origin)
-def conn(name):
-    h = nbd.NBD()
-    h.set_export_name(name)
-    h.connect_unix(sock)
-    return h
-o, s = conn("origin"), conn("snapshot")
-def w(h, img, off, n):
-    buf = os.urandom(n)
-    h.pwrite(buf, off)
-    img[off:off + n] = buf
+from snapfg_test import connect_unix, write_tracked as w
+o, s = connect_unix(sock, "origin"), connect_unix(sock, "snapshot")
 for c in range(0, 2048, 5):
     w(o, origin, c * 4096, 4096)
 w(o, origin, 7 * 2**20 + 512, 1024)           # sub-chunk
@@ -212,21 +204,13 @@ ctl_handler() {
     check_b "$2" "$3" "$(echo "$4" | tr _ ' ')"
     cp "$tmpdir/b-origin.img" "$tmpdir/d-before-origin.img"
     start_snapfg "$tmpdir/d.sock" "$tmpdir/d.pid" origin="$tmpdir/b-origin.img" cow="$tmpdir/b-cow.img" cow-size=4M
-    if ! SOCK=$tmpdir/d.sock OUT=$tmpdir/d timeout 120 "$PY" - "$tmpdir/b-expect-snap.img" "$tmpdir/d-before-origin.img" <<'PY'
+    if ! SOCK=$tmpdir/d.sock OUT=$tmpdir/d PYTHONPATH=$_fn_dir timeout 120 "$PY" - "$tmpdir/b-expect-snap.img" "$tmpdir/d-before-origin.img" <<'PY'
 import os, sys, nbd
 sock, out = os.environ["SOCK"], os.environ["OUT"]
 snap = bytearray(open(sys.argv[1], "rb").read())
 origin = bytearray(open(sys.argv[2], "rb").read())
-def conn(name):
-    h = nbd.NBD()
-    h.set_export_name(name)
-    h.connect_unix(sock)
-    return h
-o, s = conn("origin"), conn("snapshot")
-def w(h, img, off, n):
-    buf = os.urandom(n)
-    h.pwrite(buf, off)
-    img[off:off + n] = buf
+from snapfg_test import connect_unix, write_tracked as w
+o, s = connect_unix(sock, "origin"), connect_unix(sock, "snapshot")
 for i in range(200):                            # chunks 1024, 1026, ... 1422
     w(o, origin, (1024 + 2 * i) * 4096, 4096)
 w(s, snap, 1600 * 4096, 4096)                   # a snapshot write

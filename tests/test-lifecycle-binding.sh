@@ -24,8 +24,7 @@ require_control_tools
 source "$(dirname "$0")/persistent-functions.sh"
 
 MiB=$((1024 * 1024))
-origin="$tmpdir/origin.img"; make_random_image "$origin" $((8 * MiB))
-sock="$tmpdir/sock"; pid="$tmpdir/nbdkit.pid"; ctlsock="$tmpdir/ctl.sock"
+test_files $((8 * MiB))
 start() { rm -f "$ctlsock"; start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock" "$@"; }
 origin_write() { # SEED OFFSET LENGTH
     cio writes "$(uri "$sock" origin)" --seed "$1" --list "$2:$3" >/dev/null ||

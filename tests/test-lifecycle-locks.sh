@@ -21,7 +21,7 @@ A="$tmpdir/a.img"; B="$tmpdir/b.img"
 make_random_image "$A" $((4 * MiB))
 make_random_image "$B" $((4 * MiB))
 C="$tmpdir/c.cow"; S="$tmpdir/state.json"
-sock="$tmpdir/sock"; pid="$tmpdir/nbdkit.pid"; ctlsock="$tmpdir/ctl.sock"
+test_files
 
 start_snapfg "$sock" "$pid" origin="$A" cow="$C" state="$S" control="$ctlsock"
 nbdcopy -- <(head -c $MiB /dev/urandom) "$(uri "$sock" origin)" ||

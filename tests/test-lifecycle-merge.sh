@@ -21,9 +21,8 @@ require_control_tools
 
 MiB=$((1024 * 1024))
 size=$((16 * MiB))
-origin="$tmpdir/origin.img"; make_random_image "$origin" "$size"
+test_files "$size"
 state="$tmpdir/catalogue.json"
-sock="$tmpdir/sock"; pid="$tmpdir/nbdkit.pid"; ctlsock="$tmpdir/ctl.sock"
 
 SNAPFG_TEST_CRASH_AT=merge:3 start_snapfg "$sock" "$pid" origin="$origin" \
     state="$state" control="$ctlsock"
@@ -53,21 +52,8 @@ ctl "$ctlsock" --json status m1 || check_fail "status m1 right after the restart
     info "ok: the first status after the restart: m1 is merging" ||
     check_fail "right after the restart m1 is not merging: $(cat "$tmpdir/ctl.out")"
 cio read "$(uri "$sock" origin)" 0 4096 >/dev/null || check_fail "origin read"
-"$PY" "$CTL_PROTO" watch "$ctlsock" m1 --timeout 300 >"$tmpdir/watch.out" 2>&1 &
-watch_pid=$!
-cp "$tmpdir/m1.view" "$tmpdir/model.img"
-"$PY" "$CTL_IO" io-loop "$(uri "$sock" origin)" --seed 41 --model "$tmpdir/model.img" \
-    --stop-file "$tmpdir/stop" --min-ops 200 >"$tmpdir/io.out" 2>&1 &
-io_pid=$!
-st=0; wait "$watch_pid" || st=$?
-cat "$tmpdir/watch.out"
-[ "$st" -eq 0 ] && info "ok: the merge resumed by itself and finished" ||
-    check_fail "the resumed merge did not finish cleanly"
-touch "$tmpdir/stop"
-st=0; wait "$io_pid" || st=$?
-cat "$tmpdir/io.out"
-[ "$st" -eq 0 ] && info "ok: origin reads during the resumed merge saw m1's view plus the client's own writes" ||
-    check_fail "origin I/O during the resumed merge went wrong"
+merge_under_io "the merge resumed by itself" "$sock" "$ctlsock" m1 300 \
+    "$tmpdir/m1.view" "$tmpdir/model.img" 41
 export_equals "$(uri "$sock" origin)" "$tmpdir/model.img" \
     "after the resumed merge the origin is m1's view plus every acknowledged write"
 jq_py "$state" '[len(d["snapshots"]), [e["event"] for e in d["events"] if e["name"] == "m1"]]' >"$tmpdir/cat.out"

@@ -21,9 +21,8 @@ source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
 MiB=$((1024 * 1024))
-origin="$tmpdir/origin.img"; make_random_image "$origin" $((8 * MiB))
+test_files $((8 * MiB))
 state="$tmpdir/catalogue.json"
-sock="$tmpdir/sock"; pid="$tmpdir/nbdkit.pid"; ctlsock="$tmpdir/ctl.sock"
 start() { rm -f "$ctlsock"; start_snapfg "$sock" "$pid" origin="$origin" state="$state" control="$ctlsock" "$@"; }
 origin_write() { # SEED OFFSET LENGTH
     cio writes "$(uri "$sock" origin)" --seed "$1" --list "$2:$3" >/dev/null ||

@@ -22,8 +22,8 @@ source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
 MiB=$((1024 * 1024))
-origin="$tmpdir/origin.img"; make_zero_image "$origin" $((4 * MiB))
-sock="$tmpdir/sock"; pid="$tmpdir/nbdkit.pid"; ctlsock="$tmpdir/ctl.sock"
+test_files
+make_zero_image "$origin" $((4 * MiB))
 port=$((20000 + RANDOM % 20000))
 start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
 sum=$(checksum "$origin")

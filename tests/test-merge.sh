@@ -57,14 +57,8 @@ open(sys.argv[3], "wb").write(a[:h] + b[h:])
 # =====================================================================
 info "=== 1. merge under concurrent origin I/O"
 size=$((32 * MiB))
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
 cow1="$tmpdir/snap1.cow"
-make_random_image "$origin" "$size"
-cp "$origin" "$orig"
+test_files "$size"
 make_random_image "$tmpdir/new-data.img" $((24 * MiB))
 
 # Each merge batch (16 chunks) takes at least 5 ms, so that the checks
@@ -203,21 +197,8 @@ rm -f "$ctlsock"    # a SIGKILLed server leaves its socket behind
 
 info "restarting without the hook: origin=$origin cow=$cow"
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" control="$ctlsock"
-"$PY" "$CTL_PROTO" watch "$ctlsock" snapshot --timeout 90 >"$tmpdir/watch2.out" 2>&1 &
-watch_pid=$!
-cp "$tmpdir/snapview2.img" "$tmpdir/model2.img"
-"$PY" "$CTL_IO" io-loop "$(uri "$sock" origin)" --seed 31 --model "$tmpdir/model2.img" \
-    --stop-file "$tmpdir/stop2" --min-ops 200 >"$tmpdir/io2.out" 2>&1 &
-io_pid=$!
-st=0; wait "$watch_pid" || st=$?
-cat "$tmpdir/watch2.out"
-[ "$st" -eq 0 ] && info "ok: the merge resumed by itself after the restart and finished" ||
-    check_fail "the resumed merge did not finish cleanly (above)"
-touch "$tmpdir/stop2"
-st=0; wait "$io_pid" || st=$?
-cat "$tmpdir/io2.out"
-[ "$st" -eq 0 ] && info "ok: origin I/O during the resumed merge saw the snapshot's view plus its own writes" ||
-    check_fail "origin I/O during the resumed merge went wrong (above)"
+merge_under_io "the merge resumed by itself after the restart" "$sock" "$ctlsock" \
+    snapshot 90 "$tmpdir/snapview2.img" "$tmpdir/model2.img" 31
 ! listed "$sock" snapshot && info "ok: the merged snapshot is gone from nbdinfo --list" ||
     check_fail "the snapshot is still listed after the resumed merge"
 export_equals "$(uri "$sock" origin)" "$tmpdir/model2.img" "after the resumed merge the origin equals the snapshot's view (plus the writes made meanwhile)"

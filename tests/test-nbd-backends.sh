@@ -56,16 +56,7 @@ cat >"$tmpdir/nbdio.py" <<'EOF'
 import errno, random, sys, threading
 import nbd
 
-def connect(uri):
-    h = nbd.NBD()
-    h.connect_uri(uri)
-    return h
-
-def disconnect(h):
-    try:
-        h.shutdown()
-    except nbd.Error:
-        pass
+from snapfg_test import connect, close as disconnect
 
 def load(path):
     with open(path, "rb") as f:
@@ -165,7 +156,7 @@ def main():
 main()
 EOF
 
-nbdio() { "$PYTHON" "$tmpdir/nbdio.py" "$@"; }
+nbdio() { PYTHONPATH=$_fn_dir "$PYTHON" "$tmpdir/nbdio.py" "$@"; }
 
 # --- backend servers --------------------------------------------------
 
@@ -239,17 +230,6 @@ _stop_all() {
 }
 on_exit _stop_all
 
-buri() { echo "nbd+unix:///${2:-}?socket=$1"; }
-
-# Contents checks through nbdcopy.
-# export_equals URI FILE LABEL
-export_equals() {
-    local out="$tmpdir/copy.out"
-    rm -f "$out"
-    nbdcopy "$1" "$out" || { check_fail "$3: nbdcopy $1 failed"; return 1; }
-    cmp "$out" "$2" || { check_fail "$3: differs from $(basename "$2")"; return 1; }
-}
-
 # export_is_zero URI BYTES LABEL
 export_is_zero() {
     head -c "$2" /dev/zero >"$tmpdir/zero.img"
@@ -264,8 +244,7 @@ snapshot_description() {
              cur == "export=\"snapshot\":" && $1 == "description:" { sub(/^[ \t]*description: /, ""); print; exit }'
 }
 
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
+test_seed
 
 # --- 1 and 2: data through NBD backends --------------------------------
 
@@ -285,7 +264,7 @@ data_case() {
     case $okind in
         file) start_backend "$osock" file "$ofile" ;;
         memory) start_backend "$osock" memory "$size"
-                nbdcopy "$ofile" "$(buri "$osock")" ;;
+                nbdcopy "$ofile" "$(uri "$osock")" ;;
         qemu) start_qemu_nbd "$osock" "$ofile" ;;
     esac
     case $ckind in
@@ -293,8 +272,8 @@ data_case() {
         file) make_zero_image "$cfile" $((16 * 1024 * 1024))
               start_backend "$csock" file "$cfile" ;;
     esac
-    start_snapfg "$sock" "$pid" origin="$(buri "$osock")" \
-        cow="$(buri "$csock")" store="$store" chunk-size=$chunk "$@"
+    start_snapfg "$sock" "$pid" origin="$(uri "$osock")" \
+        cow="$(uri "$csock")" store="$store" chunk-size=$chunk "$@"
 
     nbdio random-writes "$(uri "$sock" origin)" "$expected" "$seed" 4 300 ||
         check_fail "$name: random writes through snapfg failed"
@@ -307,22 +286,22 @@ data_case() {
     stop_nbdkit "$pid"
 
     # The data is on the backends themselves.
-    export_equals "$(buri "$osock")" "$expected" "$name: origin backend"
+    export_equals "$(uri "$osock")" "$expected" "$name: origin backend"
     if [ "$store" = persistent ]; then
         # Reopen the store from the export: the same snapshot.
-        start_snapfg "$sock" "$pid" origin="$(buri "$osock")" \
-            cow="$(buri "$csock")" store=persistent chunk-size=$chunk "$@"
+        start_snapfg "$sock" "$pid" origin="$(uri "$osock")" \
+            cow="$(uri "$csock")" store=persistent chunk-size=$chunk "$@"
         export_equals "$(uri "$sock" snapshot)" "$orig" "$name: reopened snapshot"
         stop_nbdkit "$pid"
         if [ -n "$snapfgctl" ]; then
-            "$snapfgctl" inspect "$(buri "$csock")" >"$tmpdir/inspect.out" 2>&1 ||
+            "$snapfgctl" inspect "$(uri "$csock")" >"$tmpdir/inspect.out" 2>&1 ||
                 { cat "$tmpdir/inspect.out" >&2; check_fail "$name: snapfgctl inspect of the COW export failed"; }
             grep -q "^valid: 1" "$tmpdir/inspect.out" ||
                 { cat "$tmpdir/inspect.out" >&2; check_fail "$name: snapfgctl inspect does not say valid: 1"; }
         fi
     else
         # A transient COW export is given back: it reads as zero.
-        export_is_zero "$(buri "$csock")" $((16 * 1024 * 1024)) "$name: transient COW after exit"
+        export_is_zero "$(uri "$csock")" $((16 * 1024 * 1024)) "$name: transient COW after exit"
     fi
     stop_backend "$csock"
     stop_backend "$osock"
@@ -353,21 +332,21 @@ driver_case() {
     make_random_image "$orig" "$size"
     start_backend "$osock" memory "$size"
     start_backend "$csock" memory 16M
-    nbdcopy "$orig" "$(buri "$osock")"
-    start_snapfg "$sock" "$pid" origin="$(buri "$osock")" \
-        cow="$(buri "$csock")" store=transient chunk-size=$chunk
+    nbdcopy "$orig" "$(uri "$osock")"
+    start_snapfg "$sock" "$pid" origin="$(uri "$osock")" \
+        cow="$(uri "$csock")" store=transient chunk-size=$chunk
     "$NBD_CHECK" semantics --chunk $chunk --min 512 --pref $chunk \
         --expect-origin "$expected" \
         "$(uri "$sock" origin)" "$(uri "$sock" snapshot)" "$orig" "$seed" ||
         check_fail "nbd-check semantics over NBD backends failed (seed $seed)"
     stop_nbdkit "$pid"
-    export_equals "$(buri "$osock")" "$expected" "semantics: origin backend"
-    export_is_zero "$(buri "$csock")" $((16 * 1024 * 1024)) "semantics: transient COW after exit"
+    export_equals "$(uri "$osock")" "$expected" "semantics: origin backend"
+    export_is_zero "$(uri "$csock")" $((16 * 1024 * 1024)) "semantics: transient COW after exit"
 
     # The origin as it is now, a new snapshot of it, and many clients.
     cp "$expected" "$orig"
-    start_snapfg "$sock" "$pid" origin="$(buri "$osock")" \
-        cow="$(buri "$csock")" store=persistent chunk-size=$chunk
+    start_snapfg "$sock" "$pid" origin="$(uri "$osock")" \
+        cow="$(uri "$csock")" store=persistent chunk-size=$chunk
     "$NBD_CHECK" concurrency "$(uri "$sock" origin)" "$(uri "$sock" snapshot)" \
         "$orig" 3 4 4 ||
         check_fail "nbd-check concurrency over NBD backends failed"
@@ -391,8 +370,8 @@ fault_cow() {
     start_backend "$osock" file "$ofile"
     start_backend "$csock" --filter=error memory 16M \
         error-pwrite=EIO error-pwrite-rate=100% error-pwrite-file="$trigger"
-    start_snapfg "$sock" "$pid" origin="$(buri "$osock")" \
-        cow="$(buri "$csock")" store=persistent chunk-size=$chunk
+    start_snapfg "$sock" "$pid" origin="$(uri "$osock")" \
+        cow="$(uri "$csock")" store=persistent chunk-size=$chunk
     nbdio pwrite "$(uri "$sock" origin)" 0 8192 0x11 "$expected" ||
         check_fail "COW errors: origin write before the errors failed"
     export_equals "$(uri "$sock" snapshot)" "$orig" "COW errors: snapshot before the errors"
@@ -446,8 +425,8 @@ fault_origin() {
         error-pwrite=EIO error-pwrite-rate=100% error-pwrite-file="$wtrigger" \
         error-pread=EIO error-pread-rate=100% error-pread-file="$rtrigger"
     start_backend "$csock" memory 16M
-    start_snapfg "$sock" "$pid" origin="$(buri "$osock")" \
-        cow="$(buri "$csock")" store=persistent chunk-size=$chunk
+    start_snapfg "$sock" "$pid" origin="$(uri "$osock")" \
+        cow="$(uri "$csock")" store=persistent chunk-size=$chunk
     nbdio pwrite "$(uri "$sock" origin)" 0 8192 0x11 "$expected" ||
         check_fail "origin errors: origin write before the errors failed"
 
@@ -499,8 +478,8 @@ backends_die() {
     cp "$ofile" "$expected"
     start_backend "$osock" file "$ofile"
     start_backend "$csock" memory 16M
-    start_snapfg "$sock" "$pid" origin="$(buri "$osock")" \
-        cow="$(buri "$csock")" store=persistent chunk-size=$chunk
+    start_snapfg "$sock" "$pid" origin="$(uri "$osock")" \
+        cow="$(uri "$csock")" store=persistent chunk-size=$chunk
     nbdio pwrite "$(uri "$sock" origin)" 0 8192 0x11 "$expected" ||
         check_fail "dead backends: origin write before failed"
 
@@ -540,7 +519,7 @@ startup_errors() {
     info "=== start-up errors"
     make_random_image "$ofile" $((1024 * 1024))
 
-    u=$(buri "$tmpdir/no-such.sock")
+    u=$(uri "$tmpdir/no-such.sock")
     try_start_failure "$err" origin="$u" && try_stderr "$err" "origin=$u" "cannot"
     try_start_failure "$err" origin="$ofile" cow="$u" && try_stderr "$err" "cow=$u" "cannot"
 
@@ -549,21 +528,21 @@ startup_errors() {
 
     start_backend "$osock" --filter=exportname memory 1M \
         exportname=good exportname-strict=true
-    u=$(buri "$osock" bad)
+    u=$(uri "$osock" bad)
     try_start_failure "$err" origin="$u" && try_stderr "$err" "origin=$u" "cannot"
     try_start_failure "$err" origin="$ofile" cow="$u" && try_stderr "$err" "cow=$u" "cannot"
     # The export it does serve works.
-    expect_start_success origin="$(buri "$osock" good)"
+    expect_start_success origin="$(uri "$osock" good)"
     stop_backend "$osock"
 
     start_backend "$osock" memory 1M
-    u=$(buri "$osock")
+    u=$(uri "$osock")
     try_start_failure "$err" origin="$u" cow="$u" &&
         try_stderr "$err" "cow=$u" "origin itself"
 
     start_backend "$csock" -r memory 16M
-    try_start_failure "$err" origin="$u" cow="$(buri "$csock")" &&
-        try_stderr "$err" "cow=$(buri "$csock")" "read-only"
+    try_start_failure "$err" origin="$u" cow="$(uri "$csock")" &&
+        try_stderr "$err" "cow=$(uri "$csock")" "read-only"
     stop_backend "$csock"
 
     # A server that cannot flush: no persistent store on it.
@@ -572,9 +551,9 @@ startup_errors() {
         pread="dd if=$nfile skip=\$4 count=\$3 iflag=skip_bytes,count_bytes status=none" \
         pwrite="dd of=$nfile seek=\$4 conv=notrunc oflag=seek_bytes status=none" \
         can_write='exit 0' can_flush='exit 3'
-    try_start_failure "$err" origin="$u" cow="$(buri "$csock")" store=persistent &&
-        try_stderr "$err" "cow=$(buri "$csock")" "flush"
-    expect_start_success origin="$u" cow="$(buri "$csock")" store=transient
+    try_start_failure "$err" origin="$u" cow="$(uri "$csock")" store=persistent &&
+        try_stderr "$err" "cow=$(uri "$csock")" "flush"
+    expect_start_success origin="$u" cow="$(uri "$csock")" store=transient
     stop_backend "$csock"
     stop_backend "$osock"
 }

@@ -25,12 +25,7 @@ requires truncate
 
 size=$((4 * 1024 * 1024))
 new_size=$((2 * 1024 * 1024 + 6 * 1024))
-origin="$tmpdir/origin.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-ctlsock="$tmpdir/ctl.sock"
-FIO="$(dirname "$0")/failures-io.py"
-fio() { "$PY" "$FIO" "$@"; }
+test_files
 
 snap_state() {
     ctl "$ctlsock" --json status "$1" || { echo "status-failed"; return 0; }
@@ -63,7 +58,7 @@ header_valid() { od -An -t u4 --endian=little -j 4 -N 4 "$1" | tr -d ' '; }
 expect_io() {
     local what=$1
     shift
-    if fio "$@" >"$tmpdir/fio.out" 2>&1; then
+    if failures_io "$@" >"$tmpdir/fio.out" 2>&1; then
         info "ok: $what"
     else
         check_fail "$what: $(cat "$tmpdir/fio.out")"
@@ -81,11 +76,11 @@ run() {
     cp "$origin" "$tmpdir/snapview.img"
     cp "$origin" "$tmpdir/heldview.img"
     first=$((new_size / chunk))     # the chunk the new end falls in
-    fio writes "$(uri "$sock" held)" --chunks "$first:$((size / chunk - first))" \
+    failures_io writes "$(uri "$sock" held)" --chunks "$first:$((size / chunk - first))" \
         --chunk-size "$chunk" --seed 1 --model "$tmpdir/heldview.img" >/dev/null ||
         fail "snapshot writes to held failed"
     # Ten origin chunks change: both snapshots preserve them.
-    fio write "$(uri "$sock" origin)" 0 $((10 * chunk)) --seed 2 >/dev/null ||
+    failures_io write "$(uri "$sock" origin)" 0 $((10 * chunk)) --seed 2 >/dev/null ||
         fail "origin write before the truncation failed"
     cp "$origin" "$tmpdir/origin-model.img"
 

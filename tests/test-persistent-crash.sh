@@ -31,30 +31,11 @@ set -euo pipefail
 source "$(dirname "$0")/persistent-functions.sh"
 require_persistent_tools
 
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-pristine="$tmpdir/pristine.img"
-cow="$tmpdir/cow.img"
+persistent_test_files
 size=$((32 * 1024 * 1024))
 CS=4096
 rounds=${SNAPFG_CRASH_ROUNDS:-5}
 nwriters=4
-
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
-RANDOM=$seed
-
-writer_pids=()
-kill_writers() {
-    local p
-    for p in "${writer_pids[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    writer_pids=()
-}
-on_exit kill_writers
 
 # check_after_crash WHAT: restart without hooks, the snapshot must equal
 # the pristine image, the origin export the origin file; inspect exits 0.

@@ -23,28 +23,9 @@ set -euo pipefail
 source "$(dirname "$0")/persistent-functions.sh"
 require_persistent_tools
 
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-pristine="$tmpdir/pristine.img"
-cow="$tmpdir/cow.img"
+persistent_test_files
 size=$((16 * 1024 * 1024))
 rounds=${SNAPFG_CRASH_ROUNDS:-3}
-
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
-RANDOM=$seed
-
-writer_pids=()
-kill_writers() {
-    local p
-    for p in "${writer_pids[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    writer_pids=()
-}
-on_exit kill_writers
 
 # mark COW: the unsynced mark in the header, bytes 32..63 ("SFGu" and the
 # boot id; "" if none).

@@ -16,19 +16,9 @@ set -euo pipefail
 source "$(dirname "$0")/persistent-functions.sh"
 require_persistent_tools
 
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-pristine="$tmpdir/pristine.img"
-origin_model="$tmpdir/origin-model.img"
-snap_model="$tmpdir/snapshot-model.img"
-cow="$tmpdir/cow.img"
-chunks="$tmpdir/chunks.txt"      # every chunk written (origin or snapshot)
+persistent_test_files
 size=$((16 * 1024 * 1024))
 CS=4096
-
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
 
 make_random_image "$origin" "$size"
 cp "$origin" "$pristine"

@@ -13,12 +13,7 @@ require_snapfg
 require_nbd_check
 requires nbdcopy
 
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
-origin="$tmpdir/origin.img"
-orig="$tmpdir/original.img"
-cow="$tmpdir/cow.img"
-expected="$tmpdir/expected-origin.img"
+test_files
 
 # run_case NAME SIZE SEED "DRIVER OPTIONS" PLUGIN-PARAMS...
 run_case() {
@@ -47,8 +42,7 @@ run_case() {
     info "$name: passed in $((SECONDS - t0)) s"
 }
 
-seed=${SNAPFG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
-info "seed $seed (set SNAPFG_TEST_SEED to repeat)"
+test_seed
 
 # Sizes are multiples of the block size but not of the chunk size, so
 # the last chunk is partial.

@@ -64,29 +64,21 @@ head -c 65536 /dev/zero | tr '\0' '\132' >"$tmpdir/w.bin"
 dd if="$tmpdir/w.bin" of="$tmpdir/expected.img" bs=4096 seek=$(((MIB + 4096) / 4096)) conv=notrunc status=none
 info "qemu-io wrote 64 KiB over TLS"
 
-nbdcopy "$(tls_uri snapshot)" "$tmpdir/snap-nbdcopy.img" ||
-    fail "nbdcopy over TLS (snapshot) failed"
-cmp "$tmpdir/snap-nbdcopy.img" "$tmpdir/original.img" &&
-    info "ok: nbdcopy over TLS: snapshot = original image" ||
-    check_fail "nbdcopy over TLS: snapshot differs from the original image"
-nbdcopy "$(tls_uri origin)" "$tmpdir/origin-nbdcopy.img" ||
-    fail "nbdcopy over TLS (origin) failed"
-cmp "$tmpdir/origin-nbdcopy.img" "$tmpdir/expected.img" &&
-    info "ok: nbdcopy over TLS: origin = original + the qemu-io write" ||
-    check_fail "nbdcopy over TLS: origin differs from the expected image"
+export_equals "$(tls_uri snapshot)" "$tmpdir/original.img" \
+    "nbdcopy over TLS: snapshot = original image"
+export_equals "$(tls_uri origin)" "$tmpdir/expected.img" \
+    "nbdcopy over TLS: origin = original + the qemu-io write"
 
-qemu-img convert "${qemu_tls[@]}" --image-opts "$(qemu_opts snapshot)" \
-    -O raw "$tmpdir/snap-qemu.img" 2>"$tmpdir/qemu-img.err" ||
-    fail "qemu-img convert over TLS failed: $(cat "$tmpdir/qemu-img.err")"
-cmp "$tmpdir/snap-qemu.img" "$tmpdir/original.img" &&
-    info "ok: qemu-img convert over TLS: snapshot = original image" ||
-    check_fail "qemu-img convert over TLS: snapshot differs from the original image"
-qemu-img convert "${qemu_tls[@]}" --image-opts "$(qemu_opts origin)" \
-    -O raw "$tmpdir/origin-qemu.img" 2>"$tmpdir/qemu-img.err" ||
-    fail "qemu-img convert over TLS (origin) failed: $(cat "$tmpdir/qemu-img.err")"
-cmp "$tmpdir/origin-qemu.img" "$tmpdir/expected.img" &&
-    info "ok: qemu-img convert over TLS: origin = original + the qemu-io write" ||
-    check_fail "qemu-img convert over TLS: origin differs from the expected image"
+# qemu_img_equals EXPORT FILE WHAT: qemu-img convert over TLS, then cmp.
+qemu_img_equals() {
+    rm -f "$tmpdir/qemu-img.out"
+    qemu-img convert "${qemu_tls[@]}" --image-opts "$(qemu_opts "$1")" \
+        -O raw "$tmpdir/qemu-img.out" 2>"$tmpdir/qemu-img.err" ||
+        fail "qemu-img convert over TLS ($1) failed: $(cat "$tmpdir/qemu-img.err")"
+    files_equal "$tmpdir/qemu-img.out" "$2" "$3"
+}
+qemu_img_equals snapshot "$tmpdir/original.img" "qemu-img convert over TLS: snapshot = original image"
+qemu_img_equals origin "$tmpdir/expected.img" "qemu-img convert over TLS: origin = original + the qemu-io write"
 
 stop_nbdkit "$pid"
 cmp "$tmpdir/origin.img" "$tmpdir/expected.img" ||

@@ -21,11 +21,9 @@ requires losetup nbdcopy cmp truncate
 size=$((4 * 1024 * 1024))
 written=$((1024 * 1024))            # origin bytes overwritten in step 1
 cow_size=$((8 * 1024 * 1024))
-origin="$tmpdir/origin.img"
+test_files
 original="$tmpdir/original.img"
 backing="$tmpdir/cow-backing.img"
-sock="$tmpdir/sock"
-pid="$tmpdir/nbdkit.pid"
 err="$tmpdir/err"
 
 truncate -s "$cow_size" "$backing"
