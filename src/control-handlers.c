@@ -365,8 +365,17 @@ control_do_create (struct control_call *call)
     .checkpoint = control_arg_string (req, "checkpoint"),
   };
   struct snapfg_snapshot *s;
+  const char *problem = snapfg_check_new_snapshot_name (o.name);
   int r;
 
+  if (problem) {
+    char printable[128];
+
+    snapfg_printable_name (o.name, printable, sizeof printable);
+    snprintf (call->error, sizeof call->error, "snapshot name \"%s\": %s",
+              printable, problem);
+    return -EINVAL;
+  }
   if (chunk_size > UINT32_MAX) {
     snprintf (call->error, sizeof call->error,
               "chunk_size: must be between 512 and 1M");

@@ -103,10 +103,16 @@ extern const char *snapfg_check_store_type (const char *store_type);
 extern const char *snapfg_check_chunk_size (int64_t chunk_size);
 extern const char *snapfg_check_block_size (int64_t block_size);
 /* A snapshot name: UTF-8, no control characters, 1 to
- * SNAPFG_MAX_NAME_LEN bytes, not "origin".  The one rule for snapshot=
- * and for the control socket (snapfg_snapshot_create checks it too).
+ * SNAPFG_MAX_NAME_LEN bytes, not "origin".  The rule every snapshot
+ * follows (snapfg_snapshot_create checks it).
  */
 extern const char *snapfg_check_snapshot_name (const char *name);
+/* A name the user gives a new snapshot (snapshot=NAME:COW, the control
+ * socket's create): the rule above, and not SNAPFG_STARTUP_SNAPSHOT,
+ * which belongs to cow='s snapshot.  The engine itself uses only the rule
+ * above, so that cow='s snapshot and a catalogue's records still open.
+ */
+extern const char *snapfg_check_new_snapshot_name (const char *name);
 /* name for a message: control characters, backslash and non-ASCII bytes
  * written as \xNN (truncated to fit len).
  */

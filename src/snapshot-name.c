@@ -73,6 +73,19 @@ snapfg_check_snapshot_name (const char *name)
   return NULL;
 }
 
+const char *
+snapfg_check_new_snapshot_name (const char *name)
+{
+  const char *problem = snapfg_check_snapshot_name (name);
+
+  if (problem)
+    return problem;
+  if (strcmp (name, SNAPFG_STARTUP_SNAPSHOT) == 0)
+    return "\"" SNAPFG_STARTUP_SNAPSHOT "\" is reserved for the snapshot of "
+      "cow=";
+  return NULL;
+}
+
 void
 snapfg_printable_name (const char *name, char *buf, size_t len)
 {

@@ -82,6 +82,8 @@ name_refused "with U+0001" '"a\u0001"' "control character"
 name_refused "with DEL" '"a\u007f"' "control character"
 name_refused "with U+0085 (C1 control)" '"a\u0085"' "control character"
 name_refused "\"origin\"" '"origin"' "reserved"
+# "snapshot" is cow='s, even on a server started without cow=.
+name_refused "\"snapshot\"" '"snapshot"' "reserved for the snapshot of cow="
 name_refused "of 256 bytes" "\"$(printf 'n%.0s' $(seq 256))\"" "255 bytes"
 name_refused "empty" '""' "non-empty"
 # Invalid UTF-8 cannot even be JSON: jansson refuses the line.
@@ -146,6 +148,11 @@ if try_start_failure "$tmpdir/start.err" origin="$other" cow="$tmpdir/s0.cow" \
         "snapshot=s1:$tmpdir/s1.cow" "snapshot=s2:$tmpdir/s2.cow" store=transient max-snapshots=2; then
     try_stderr "$tmpdir/start.err" "max-snapshots=2" && info "ok: three start-up snapshots with max-snapshots=2 are refused"
 fi
+if try_start_failure "$tmpdir/start.err" origin="$other" "snapshot=snapshot:$tmpdir/reserved.cow" store=transient; then
+    try_stderr "$tmpdir/start.err" "reserved for the snapshot of cow=" &&
+        info "ok: snapshot=snapshot:COW refused: $(head -n1 "$tmpdir/start.err")"
+fi
+[ ! -e "$tmpdir/reserved.cow" ] || check_fail "snapshot=snapshot:COW left a COW file"
 for v in 0 -1 abc ""; do
     if try_start_failure "$tmpdir/start.err" origin="$other" "max-snapshots=$v"; then
         try_stderr "$tmpdir/start.err" "max-snapshots" && info "ok: max-snapshots=$v refused: $(head -n1 "$tmpdir/start.err")"

@@ -129,7 +129,7 @@ add_startup_snapshot (const char *value)
     nbdkit_error ("strndup: %m");
     return -1;
   }
-  problem = snapfg_check_snapshot_name (x.name);
+  problem = snapfg_check_new_snapshot_name (x.name);
   if (problem) {
     nbdkit_error ("snapshot=%s: bad snapshot name: %s", value, problem);
     free (x.name);
