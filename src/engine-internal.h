@@ -2,8 +2,10 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: engine internals shared by the engine's own files (engine.c,
  * engine-snapshot.c, engine-snapshot-create.c, engine-test-hooks.c,
- * io-origin.c, io-snapshot.c, copy-out.c, merge.c).  Not for the plugin,
- * the control server or snapfgctl, which use engine.h.
+ * io-origin.c, io-snapshot.c, copy-out.c, merge.c) and by the parts that
+ * hook into its snapshot list (lifecycle.c, checkpoint.c,
+ * checkpoint-create.c, checkpoint-query.c).  Not for the plugin, the
+ * control server or snapfgctl, which use engine.h.
  */
 #ifndef SNAPFG_ENGINE_INTERNAL_H
 #define SNAPFG_ENGINE_INTERNAL_H

@@ -34,10 +34,19 @@ parse_size (const char *what, const char *str, uint64_t *out)
   unsigned long long v;
   int shift = 0;
 
+  const char *p = str;
+
+  /* Like nbdkit_parse_size: leading blanks and a '+' are fine, a '-'
+   * is not (strtoull would quietly negate it).
+   */
+  while (*p == ' ' || *p == '\t')
+    p++;
+  if (*p == '+')
+    p++;
   errno = 0;
-  if (str[0] < '0' || str[0] > '9')
+  if (*p < '0' || *p > '9')
     goto bad;
-  v = strtoull (str, &end, 10);
+  v = strtoull (p, &end, 10);
   if (errno)
     goto bad;
   switch (*end) {

@@ -185,7 +185,7 @@ one_line "set-block-size back" "512" set-block-size 512
 # =====================================================================
 info "=== 5. sizes with nbdkit's suffixes"
 n=0
-for s in 1048576 1048576b 1048576B 2048s 2048S 1024k 1024K 1m 1M; do
+for s in 1048576 1048576b 1048576B 2048s 2048S 1024k 1024K 1m 1M " 1M" +1M; do
     n=$((n + 1))
     ctl "$ctlsock" --json create "z$n" --cow "$tmpdir/z$n.cow" --store transient --cow-size "$s" ||
         { check_fail "--cow-size $s: $(cat "$tmpdir/ctl.err")"; continue; }
@@ -201,7 +201,7 @@ ctl "$ctlsock" drop zc || check_fail "drop zc"
 for s in 1g 1G 1t 1T 1p 1P 1e 1E; do
     ctl_refused "--chunk-size $s (reaches the server)" "1M" "$ctlsock" create zz --cow "$tmpdir/zz.cow" --chunk-size "$s"
 done
-for s in 1.5M 1KiB 1kb 0x10 -1 0 "" " 5" 8E 16e; do
+for s in 1.5M 1KiB 1kb 0x10 -1 0 "" "5 M" "1M " - + 8E 16e; do
     expect_st "--cow-size '$s' refused" 2 -S "$ctlsock" create zz --cow "$tmpdir/zz.cow" --cow-size "$s"
 done
 [ ! -e "$tmpdir/zz.cow" ] || check_fail "a refused size left a COW file"
