@@ -100,6 +100,21 @@ origin_read_failed (struct snapfg_snapshot *s, uint64_t chunk, uint64_t n,
                   chunk, n > 1 ? "..." : "", strerror (-r));
 }
 
+/* A copy into the COW store failed (cow_failed): the snapshot can no
+ * longer keep the old data, so it becomes Invalid and the request gets
+ * EIO.  Any other r (success, or the origin's own error for the client)
+ * is returned as it is.
+ */
+static int
+cow_write_failure (struct snapfg_snapshot *s, int r, bool cow_failed)
+{
+  if (r < 0 && cow_failed) {
+    snapshot_invalidate (s, "write to the COW store failed", -r);
+    return -EIO;
+  }
+  return r;
+}
+
 /* Copy n consecutive origin chunks from 'chunk' into the COW chunks from
  * nc: device_copy decides how (in the kernel for long runs where the
  * devices allow it, else through a buffer).  The origin's size need not
@@ -239,10 +254,7 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
    */
   if (r == -ENOSPC && cow_failed && data)
     goto abandon;
-  if (r < 0 && cow_failed) {
-    snapshot_invalidate (s, "write to the COW store failed", -r);
-    r = -EIO;
-  }
+  r = cow_write_failure (s, r, cow_failed);
   if (r < 0)
     goto abandon;
   engine_fault_point (e, FAULT_AFTER_COW_DATA);
@@ -363,10 +375,7 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
       break;
     engine_fault_point (e, FAULT_AFTER_COW_RUN);
   }
-  if (r < 0 && cow_failed) {
-    snapshot_invalidate (s, "write to the COW store failed", -r);
-    r = -EIO;
-  }
+  r = cow_write_failure (s, r, cow_failed);
   if (r < 0)
     goto abandon;
   engine_fault_point (e, FAULT_AFTER_COW_DATA);
