@@ -1,0 +1,16 @@
+RUNTIME=10
+ROUNDS=3
+NUMJOBS=1\ 4
+NUMJOBS_PEERS=1\ 4
+IODEPTH=16
+SEQ_IODEPTH=8
+PHASES=firstwrite\ seqfirst\ overwrite
+SIZE=1G
+CHUNK_SIZE=4K
+run_systems=\ bare\ snapfg-nosnap\ snapfg-transient\ snapfg-persistent\ snapfg-persistent-flush
+skipped=''
+STARTUP_EXCEPTIONS=1000000
+load_at_start=0.14\ 2.16\ 4.09
+t_start=1796175306
+t_fio=1796176401
+t_end=1796176420
