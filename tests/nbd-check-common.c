@@ -59,16 +59,22 @@ close_all_handles (void)
 }
 
 void
+vreport_failure (const char *fmt, va_list ap)
+{
+  fflush (stdout);
+  fputs ("nbd-check: FAIL: ", stderr);
+  vfprintf (stderr, fmt, ap);
+}
+
+void
 fail (const char *fmt, ...)
 {
   va_list ap;
 
-  fflush (stdout);
   va_start (ap, fmt);
-  fputs ("nbd-check: FAIL: ", stderr);
-  vfprintf (stderr, fmt, ap);
-  fputc ('\n', stderr);
+  vreport_failure (fmt, ap);
   va_end (ap);
+  fputc ('\n', stderr);
   close_all_handles ();
   exit (1);
 }
@@ -81,10 +87,8 @@ nbd_fail (const char *fmt, ...)
   int err = nbd_get_errno ();
   const char *msg = nbd_get_error ();
 
-  fflush (stdout);
   va_start (ap, fmt);
-  fputs ("nbd-check: FAIL: ", stderr);
-  vfprintf (stderr, fmt, ap);
+  vreport_failure (fmt, ap);
   va_end (ap);
   fprintf (stderr, ": %s (errno %d %s)\n",
            msg ? msg : "(no libnbd error)", err, err ? strerror (err) : "");

@@ -36,12 +36,10 @@ deferred_fail (const char *fmt, ...)
 {
   va_list ap;
 
-  fflush (stdout);
   va_start (ap, fmt);
-  fputs ("nbd-check: FAIL: ", stderr);
-  vfprintf (stderr, fmt, ap);
-  fputc ('\n', stderr);
+  vreport_failure (fmt, ap);
   va_end (ap);
+  fputc ('\n', stderr);
   deferred_failures++;
 }
 

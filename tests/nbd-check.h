@@ -18,6 +18,7 @@
 #ifndef NBD_CHECK_H
 #define NBD_CHECK_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,11 @@ extern bool verbose;
 
 extern void note (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
+/* Print "nbd-check: FAIL: " and the message (no newline): the one
+ * prefix of fail, nbd_fail and the failure tests' deferred failures.
+ */
+extern void vreport_failure (const char *fmt, va_list ap)
+  __attribute__ ((format (printf, 1, 0)));
 /* Print "FAIL: ...", close the main thread's connections, exit 1. */
 extern void fail (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2), noreturn));
