@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <unistd.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <linux/fs.h>
@@ -40,7 +41,47 @@ struct fd_device {
    * go through a buffer from then on without asking again.
    */
   atomic_bool no_copy_range;
+  /* Large writes into a regular file, one at a time (see
+   * large_write_lock).
+   */
+  pthread_mutex_t write_lock;
 };
+
+/* Writes of at least this many bytes into a regular file take its
+ * write_lock first.  A buffered write holds the file's inode lock
+ * exclusively for its whole length (ext4 and XFS alike), so such writes
+ * run one at a time whatever we do; but a thread waiting in the kernel
+ * for that lock spins while the holder runs, and a large write holds it
+ * long.  All copy-outs write one COW file, so with several connections
+ * of large writes the spinning was 17-24 % of nbdkit's CPU (perf, ext4, 2
+ * CPUs).  Waiting here instead sleeps.  Measured (4 connections of 1 MiB
+ * sequential first writes over 1 GiB, 6 paired rounds, medians): nbdkit
+ * CPU per pass 4.86 -> 1.55 s with a transient store, 1.43 -> 1.19 s with
+ * durability=flush, 1.66 -> 1.53 s persistent, 0.70 -> 0.57 s without a
+ * snapshot; MiB/s against the bare file plugin 0.21 -> 0.43, 0.49 ->
+ * 0.55, 0.36 -> 0.35 and 0.96 -> 1.05.  Short writes (4 KiB copy-outs,
+ * random writes) hold the inode lock briefly, where spinning is the
+ * cheaper wait: they do not take it.  A block device has no such lock.
+ */
+#define LARGE_WRITE_MIN (64 * 1024)
+
+static pthread_mutex_t *
+large_write_lock (const struct snapfg_device *dev, size_t count)
+{
+  struct fd_device *f = dev->priv;
+
+  if (f->block || count < LARGE_WRITE_MIN)
+    return NULL;
+  pthread_mutex_lock (&f->write_lock);
+  return &f->write_lock;
+}
+
+static void
+large_write_unlock (pthread_mutex_t *lock)
+{
+  if (lock)
+    pthread_mutex_unlock (lock);
+}
 
 static struct fd_device *
 fd_of (const struct snapfg_device *dev)
@@ -96,6 +137,7 @@ init_from_fd (struct snapfg_device *dev, int fd, bool block)
   f->block = block;
   identity_of (&st, &f->id);
   atomic_init (&f->no_copy_range, false);
+  pthread_mutex_init (&f->write_lock, NULL);
   dev->priv = f;
   dev->size = size;
   dev->fixed_size = block;
@@ -124,6 +166,7 @@ fd_close (struct snapfg_device *dev)
 
   if (f) {
     close (f->fd);
+    pthread_mutex_destroy (&f->write_lock);
     free (f);
   }
 }
@@ -252,8 +295,12 @@ fd_pwrite (const struct snapfg_device *dev, const void *buf,
 {
   if (past_current_end (dev, offset, count))
     return -EIO;
+  pthread_mutex_t *lock = large_write_lock (dev, count);
   /* (fd_io only reads buf when writing.) */
-  return fd_io (dev, (char *) buf, count, offset, true);
+  int r = fd_io (dev, (char *) buf, count, offset, true);
+
+  large_write_unlock (lock);
+  return r;
 }
 
 static int
@@ -310,22 +357,16 @@ file_create (struct snapfg_device *dev, const char *path)
   return r;
 }
 
-/* copy_file_range between two regular files: one system call, no copy
- * through user space (the kernel refuses block devices).
+/* The copy_file_range loop: 0, -EOPNOTSUPP if these files cannot (from
+ * now on) or the source ended early, or another error.
  */
 static int
-file_copy (const struct snapfg_device *src, uint64_t src_offset,
-           const struct snapfg_device *dst, uint64_t dst_offset,
-           size_t count)
+copy_range (int from, uint64_t src_offset, struct fd_device *to,
+            uint64_t dst_offset, size_t count)
 {
-  struct fd_device *to = fd_of (dst);
-
-  if (atomic_load_explicit (&to->no_copy_range, memory_order_relaxed))
-    return -EOPNOTSUPP;
   while (count > 0) {
     loff_t in = src_offset, out = dst_offset;
-    ssize_t r = copy_file_range (fd_of (src)->fd, &in, to->fd, &out,
-                                 count, 0);
+    ssize_t r = copy_file_range (from, &in, to->fd, &out, count, 0);
 
     if (r == -1) {
       if (errno == EINTR)
@@ -345,6 +386,27 @@ file_copy (const struct snapfg_device *src, uint64_t src_offset,
     count -= r;
   }
   return 0;
+}
+
+/* copy_file_range between two regular files: one system call, no copy
+ * through user space (the kernel refuses block devices).  A large copy
+ * is a large write into dst: it takes dst's write lock.
+ */
+static int
+file_copy (const struct snapfg_device *src, uint64_t src_offset,
+           const struct snapfg_device *dst, uint64_t dst_offset,
+           size_t count)
+{
+  struct fd_device *to = fd_of (dst);
+  pthread_mutex_t *lock;
+  int r;
+
+  if (atomic_load_explicit (&to->no_copy_range, memory_order_relaxed))
+    return -EOPNOTSUPP;
+  lock = large_write_lock (dst, count);
+  r = copy_range (fd_of (src)->fd, src_offset, to, dst_offset, count);
+  large_write_unlock (lock);
+  return r;
 }
 
 static int
