@@ -66,5 +66,11 @@ run_config "global, delayed" 200 "$total" 4 4 "--chunk 4096" \
 run_config "striped, no delay, 16K chunks, snapshot writers" "" \
     $(( total > 6 ? total / 2 : 3 )) 4 4 "--chunk 16384 --snap-writers 2" \
     locking=striped chunk-size=16K
+# 64K chunks: every copy-out and many origin writes are 64 KiB or more,
+# so they all go through a regular file's large-write lock
+# (src/device-file.c) while the snapshot writers write the COW file too.
+run_config "striped, no delay, 64K chunks, snapshot writers" "" \
+    $(( total > 9 ? total / 3 : 3 )) 4 4 "--chunk 65536 --snap-writers 2" \
+    locking=striped chunk-size=64K
 
 finish

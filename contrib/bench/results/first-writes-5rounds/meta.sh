@@ -1,0 +1,16 @@
+RUNTIME=10
+ROUNDS=5
+NUMJOBS=1\ 4
+NUMJOBS_PEERS=1\ 4
+IODEPTH=16
+SEQ_IODEPTH=8
+PHASES=firstwrite\ seqfirst
+SIZE=1G
+CHUNK_SIZE=4K
+run_systems=\ bare\ snapfg-transient\ snapfg-persistent\ snapfg-persistent-flush
+skipped=''
+STARTUP_EXCEPTIONS=1000000
+load_at_start=1.59\ 5.38\ 6.73
+t_start=1796184776
+t_fio=1796185818
+t_end=1796185818

@@ -1,0 +1,16 @@
+RUNTIME=10
+ROUNDS=3
+NUMJOBS=1\ 4
+NUMJOBS_PEERS=1\ 4
+IODEPTH=16
+SEQ_IODEPTH=8
+PHASES=firstwrite\ seqfirst\ overwrite
+SIZE=1G
+CHUNK_SIZE=4K
+run_systems=\ bare\ snapfg-nosnap\ snapfg-transient\ snapfg-persistent\ snapfg-persistent-flush
+skipped=''
+STARTUP_EXCEPTIONS=1000000
+load_at_start=3.47\ 3.54\ 4.15
+t_start=1796182530
+t_fio=1796183675
+t_end=1796183699
