@@ -35,15 +35,15 @@ description() {
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" store=transient cow-size=1M
 list=$(nbdinfo_list "$(uri "$sock")")
 echo "$list" | grep -E '^export=|description' || true
-echo "$list" | grep -qx 'export="origin":' || fail "nbdinfo --list does not show export origin"
-echo "$list" | grep -qx 'export="snapshot":' || fail "nbdinfo --list does not show export snapshot"
+grep -qx 'export="origin":' <<<"$list" || fail "nbdinfo --list does not show export origin"
+grep -qx 'export="snapshot":' <<<"$list" || fail "nbdinfo --list does not show export snapshot"
 echo "$list" >"$tmpdir/list1.out"
 odesc=$(description "$tmpdir/list1.out" origin)
 sdesc=$(description "$tmpdir/list1.out" snapshot)
 [ -n "$odesc" ] || fail "origin has no description"
 [ -n "$sdesc" ] || fail "snapshot has no description"
 # dm status of a fresh transient snapshot with a 1 MiB store: 0/2048 0
-echo "$sdesc" | grep -qE '(^|[^0-9])0/2048 0($|[^0-9])' ||
+grep -qE '(^|[^0-9])0/2048 0($|[^0-9])' <<<"$sdesc" ||
     fail "snapshot description '$sdesc' lacks the status line '0/2048 0'"
 info "descriptions: origin='$odesc' snapshot='$sdesc'"
 
@@ -90,7 +90,7 @@ info "\"\" and origin are the same export; the snapshot kept the old data"
 
 # Three chunks copied out: 3 * 4096 / 512 = 24 sectors allocated.
 sdesc=$(export_description "$sock" snapshot)
-echo "$sdesc" | grep -qE '(^|[^0-9])24/2048 0($|[^0-9])' ||
+grep -qE '(^|[^0-9])24/2048 0($|[^0-9])' <<<"$sdesc" ||
     fail "after 3 copy-outs the snapshot description is '$sdesc', expected status '24/2048 0'"
 info "status after 3 copy-outs: '$sdesc'"
 
@@ -110,7 +110,7 @@ total=$(echo "$sdesc" | grep -oE '[0-9]+/[0-9]+ [0-9]+' | tail -n1 | sed 's,^[0-
 [ -n "$total" ] || fail "no dm status line in '$sdesc'"
 [ "$total" -ge $((size / 512)) ] ||
     fail "default COW store holds $total sectors, less than the origin ($((size / 512)))"
-echo "$sdesc" | grep -qE '(^|[^0-9])0/[0-9]+ 0($|[^0-9])' ||
+grep -qE '(^|[^0-9])0/[0-9]+ 0($|[^0-9])' <<<"$sdesc" ||
     fail "fresh snapshot status is not '0/N 0': '$sdesc'"
 # The new snapshot was taken at this start: it has the current origin.
 export_equals "$(uri "$sock" snapshot)" "$tmpdir/expected.img"
@@ -120,8 +120,8 @@ stop_nbdkit "$pid"
 # 3. Without cow=: only the origin is listed, "snapshot" is refused.
 start_snapfg "$sock" "$pid" origin="$origin"
 list=$(nbdinfo_list "$(uri "$sock")")
-echo "$list" | grep -qx 'export="origin":' || fail "without cow= origin is not listed"
-if echo "$list" | grep -q '^export="snapshot":'; then
+grep -qx 'export="origin":' <<<"$list" || fail "without cow= origin is not listed"
+if grep -q '^export="snapshot":' <<<"$list"; then
     fail "without cow= the snapshot export is listed"
 fi
 if nbdinfo "$(uri "$sock" snapshot)" >/dev/null 2>&1; then
@@ -139,7 +139,7 @@ start_snapfg "$sock" "$pid" origin="$origin" cow="$tmpdir/s0.cow" \
     snapshot=first:"$tmpdir/s1.cow" snapshot=second:"$tmpdir/s2.cow"
 list=$(nbdinfo_list "$(uri "$sock")")
 for e in origin snapshot first second; do
-    echo "$list" | grep -qx "export=\"$e\":" || fail "snapshot=: export $e not listed"
+    grep -qx "export=\"$e\":" <<<"$list" || fail "snapshot=: export $e not listed"
 done
 fill_export "$(uri "$sock" origin)" 0 65536 92
 for e in snapshot first second; do

@@ -68,7 +68,10 @@ case $exec_start in
 esac
 
 # --- 3. the command lines, run -------------------------------------------
-if ! nbdkit "$SNAPFG_PLUGIN" --help 2>/dev/null | grep -q 'state='; then
+# (The help is read whole first: under pipefail, a grep -q that stops
+# reading early could make the pipeline fail and skip the test.)
+plugin_help=$(nbdkit "$SNAPFG_PLUGIN" --help 2>/dev/null || true)
+if ! grep -q 'state=' <<<"$plugin_help"; then
     info "the plugin has no state= parameter in this tree: not running the unit's command line"
     finish
     exit 0

@@ -639,13 +639,16 @@ guest_run() {
     if [ "$rc" -ne 0 ]; then
         check_fail "QEMU exited with status $rc: $(tail -n 5 "$w/qemu.log" | tr '\n' ' ')"; ok=0
     fi
-    if ! printf '%s\n' "$_guest_console" | grep -q "^SFG: init start .*nonce=$nonce"; then
+    # Here-strings, not printf | grep -q: under pipefail a grep -q that
+    # matches early makes printf's later writes fail with SIGPIPE, and the
+    # pipeline with them (a passing guest was once reported as not started).
+    if ! grep -q "^SFG: init start .*nonce=$nonce" <<<"$_guest_console"; then
         check_fail "the guest's init did not start (nonce $nonce not on the console)"; ok=0
     fi
     while IFS= read -r line; do
         check_fail "guest: ${line#SFG-FAIL: }"; ok=0
     done < <(printf '%s\n' "$_guest_console" | grep '^SFG-FAIL: ' || true)
-    if ! printf '%s\n' "$_guest_console" | grep -qx 'SFG-RESULT: PASS'; then
+    if ! grep -qx 'SFG-RESULT: PASS' <<<"$_guest_console"; then
         [ "$ok" = 0 ] || check_fail "the guest did not report PASS"
         ok=0
     fi
@@ -658,7 +661,7 @@ guest_run() {
         fi
         # A guest that did not run to its end leaves nothing for the
         # host's checks to compare: stop here.
-        printf '%s\n' "$_guest_console" | grep -q '^SFG: end uptime=' ||
+        grep -q '^SFG: end uptime=' <<<"$_guest_console" ||
             fail "the guest did not run to its end"
         return 1
     fi
