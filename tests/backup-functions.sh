@@ -35,9 +35,9 @@ source "$_bfn_dir/control-functions.sh"
 
 if [ -z "${SNAPFG_BACKUP:-}" ]; then
     SNAPFG_BACKUP=$(_find_first \
-        "$PWD/src/snapfg-backup" \
-        "$PWD/../src/snapfg-backup" \
-        "$_bfn_dir/../src/snapfg-backup") || true
+        "$PWD/tools/snapfg-backup/snapfg-backup" \
+        "$PWD/../tools/snapfg-backup/snapfg-backup" \
+        "$_bfn_dir/../tools/snapfg-backup/snapfg-backup") || true
 fi
 BACKUP_WRITER="$_bfn_dir/backup-writer.py"
 
@@ -45,7 +45,7 @@ require_backup_tools() {
     require_control_tools
     requires qemu-img qemu-nbd
     [ -n "$SNAPFG_BACKUP" ] && [ -x "$SNAPFG_BACKUP" ] ||
-        fail "snapfg-backup not found (SNAPFG_BACKUP='${SNAPFG_BACKUP:-}'): run 'make src/snapfg-backup' first"
+        fail "snapfg-backup not found (SNAPFG_BACKUP='${SNAPFG_BACKUP:-}'): run 'make tools/snapfg-backup/snapfg-backup' first"
 }
 
 require_checkpoints() {

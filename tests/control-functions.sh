@@ -51,7 +51,7 @@ require_control_tools() {
     [ -x "$PY" ] || skip "$PY not found"
     "$PY" -c 'import nbd' 2>/dev/null || skip "$PY has no nbd module"
     [ -n "$SNAPFGCTL" ] && [ -x "$SNAPFGCTL" ] ||
-        fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): run 'make src/snapfgctl' first"
+        fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): run 'make tools/snapfgctl/snapfgctl' first"
 }
 
 cio() { "$PY" "$CTL_IO" "$@"; }

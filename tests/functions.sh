@@ -87,9 +87,9 @@ if [ -z "${NBD_CHECK:-}" ]; then
 fi
 if [ -z "${SNAPFGCTL:-}" ]; then
     SNAPFGCTL=$(_find_first \
-        "$PWD/src/snapfgctl" \
-        "$PWD/../src/snapfgctl" \
-        "$_fn_dir/../src/snapfgctl") || true
+        "$PWD/tools/snapfgctl/snapfgctl" \
+        "$PWD/../tools/snapfgctl/snapfgctl" \
+        "$_fn_dir/../tools/snapfgctl/snapfgctl") || true
 fi
 # Python test helpers need the nbd module, which Debian installs for the
 # system Python only.

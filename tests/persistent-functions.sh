@@ -26,7 +26,7 @@ require_persistent_tools() {
     [ -x "$PY" ] || skip "$PY not found"
     "$PY" -c 'import nbd' 2>/dev/null || skip "$PY has no nbd module"
     [ -n "$SNAPFGCTL" ] && [ -x "$SNAPFGCTL" ] ||
-        fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): run 'make src/snapfgctl' first"
+        fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): run 'make tools/snapfgctl/snapfgctl' first"
 }
 
 pio() { "$PY" "$PIO" "$@"; }

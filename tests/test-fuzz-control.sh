@@ -6,7 +6,7 @@
 # tests/fuzz-control-protocol.c, built here from the sources with
 #
 #   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-#     ... src/control-protocol.c src/control-commands.c -ljansson
+#     ... src/control/control-protocol.c src/control/control-commands.c -ljansson
 #
 # from a small seed corpus of valid requests (every command, generated
 # from the command table by tests/fuzz-control-dict.c) and a few near
@@ -44,18 +44,18 @@ clang -fsanitize=fuzzer,address,undefined -o "$tmpdir/probe" "$tmpdir/probe.c" \
 fuzzer="$tmpdir/fuzz-control-protocol"
 info "building $fuzzer"
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -I"$srcdir/src" -I"$top_builddir" \
+    -I"$srcdir/src/control" -I"$srcdir/src/store" -I"$srcdir/common" -I"$top_builddir" \
     -o "$fuzzer" "$srcdir/tests/fuzz-control-protocol.c" \
-    "$srcdir/src/control-protocol.c" "$srcdir/src/control-commands.c" \
+    "$srcdir/src/control/control-protocol.c" "$srcdir/src/control/control-commands.c" \
     $(pkg-config --cflags --libs jansson) \
     >"$tmpdir/build.err" 2>&1 || { cat "$tmpdir/build.err"; fail "could not build the fuzz target"; }
 
 # The dictionary and the seeds of every command come from the command
 # table (every command and key), so that a new command is fuzzed too.
 info "generating the dictionary from the command table"
-clang -g -I"$srcdir/src" -I"$top_builddir" -o "$tmpdir/fuzz-control-dict" \
-    "$srcdir/tests/fuzz-control-dict.c" "$srcdir/src/control-commands.c" \
-    "$srcdir/src/control-protocol.c" $(pkg-config --cflags --libs jansson) \
+clang -g -I"$srcdir/src/control" -I"$srcdir/src/store" -I"$srcdir/common" -I"$top_builddir" -o "$tmpdir/fuzz-control-dict" \
+    "$srcdir/tests/fuzz-control-dict.c" "$srcdir/src/control/control-commands.c" \
+    "$srcdir/src/control/control-protocol.c" $(pkg-config --cflags --libs jansson) \
     >"$tmpdir/dict-build.err" 2>&1 || { cat "$tmpdir/dict-build.err"; fail "could not build the dictionary generator"; }
 "$tmpdir/fuzz-control-dict" >"$tmpdir/dict" || fail "the dictionary generator failed"
 grep -qx '"\\"create\\""' "$tmpdir/dict" && grep -qx '"\\"chunk_size\\""' "$tmpdir/dict" ||

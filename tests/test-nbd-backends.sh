@@ -40,7 +40,7 @@ PYTHON=/usr/bin/python3
     skip "$PYTHON with the libnbd 'nbd' module is needed"
 
 # snapfgctl, next to the plugin in the build tree (optional).
-snapfgctl=$(cd "$(dirname "$SNAPFG_PLUGIN")/../../.." 2>/dev/null && pwd)/src/snapfgctl
+snapfgctl=$(cd "$(dirname "$SNAPFG_PLUGIN")/../../.." 2>/dev/null && pwd)/tools/snapfgctl/snapfgctl
 [ -x "$snapfgctl" ] || snapfgctl=
 
 size=$((8 * 1024 * 1024 + 2560))      # the last chunk is partial

@@ -20,8 +20,8 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 plugin=${SNAPFG_PLUGIN:-$top/plugins/snapfg/.libs/nbdkit-snapfg-plugin.so}
 tool=${SNAPFG_BACKUP:-}
 if [ -z "$tool" ]; then
-    tool=$top/src/snapfg-backup
-    [ -x "$PWD/src/snapfg-backup" ] && tool=$PWD/src/snapfg-backup
+    tool=$top/tools/snapfg-backup/snapfg-backup
+    [ -x "$PWD/tools/snapfg-backup/snapfg-backup" ] && tool=$PWD/tools/snapfg-backup/snapfg-backup
 fi
 tmp=$(mktemp -d)
 pid=

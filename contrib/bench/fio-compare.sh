@@ -185,7 +185,7 @@ SNAPFG_PLUGIN=${SNAPFG_PLUGIN:-$(find_built plugins/snapfg/.libs/nbdkit-snapfg-p
 [ -n "$SNAPFG_PLUGIN" ] && [ -f "$SNAPFG_PLUGIN" ] ||
     die "plugin not found (build it with make, or set SNAPFG_PLUGIN)"
 LOCK_BENCH=${LOCK_BENCH:-$(find_built contrib/bench/lock-bench || true)}
-SNAPFGCTL=${SNAPFGCTL:-$(find_built src/snapfgctl || true)}
+SNAPFGCTL=${SNAPFGCTL:-$(find_built tools/snapfgctl/snapfgctl || true)}
 
 to_bytes() {
     local v=${1^^} n

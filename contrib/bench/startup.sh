@@ -49,7 +49,7 @@ measure() {   # COW -> "seconds maxrss_kb"
         nbdkit -U - "$plugin" origin="$tmp/origin.img" cow="$1" --run true
     cat "$tmp/time"
 }
-"$top/src/snapfgctl" inspect "$tmp/full.cow" | grep -E '^(exceptions|status)'
+"$top/tools/snapfgctl/snapfgctl" inspect "$tmp/full.cow" | grep -E '^(exceptions|status)'
 read -r t_full rss_full < <(measure "$tmp/full.cow")
 rm -f "$tmp/empty.cow"
 read -r t_empty rss_empty < <(measure "$tmp/empty.cow")

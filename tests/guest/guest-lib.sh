@@ -671,16 +671,16 @@ guest_run() {
 # ---------------------------------------------------------------------
 # Host-side checks shared by the guest tests.
 
-# require_snapfgctl: set SNAPFGCTL ($SNAPFGCTL, else src/snapfgctl of the
-# plugin's build tree, else ./src/snapfgctl) or fail.
+# require_snapfgctl: set SNAPFGCTL ($SNAPFGCTL, else tools/snapfgctl/snapfgctl of the
+# plugin's build tree, else ./tools/snapfgctl/snapfgctl) or fail.
 require_snapfgctl() {
     local c
     for c in "${SNAPFGCTL:-}" \
-             "$(cd "$(dirname "$SNAPFG_PLUGIN")/../../.." 2>/dev/null && pwd)/src/snapfgctl" \
-             "$PWD/src/snapfgctl"; do
+             "$(cd "$(dirname "$SNAPFG_PLUGIN")/../../.." 2>/dev/null && pwd)/tools/snapfgctl/snapfgctl" \
+             "$PWD/tools/snapfgctl/snapfgctl"; do
         if [ -n "$c" ] && [ -x "$c" ]; then SNAPFGCTL=$c; return 0; fi
     done
-    fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): make src/snapfgctl"
+    fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): make tools/snapfgctl/snapfgctl"
 }
 
 # md5_of FILE: md5 of a file.
