@@ -109,7 +109,9 @@ class Server:
         self.proc = subprocess.Popen(
             ["nbdkit", "-f", "-U", self.sock, a.plugin,
              "origin=" + a.origin, "state=" + a.state,
-             "control=" + self.ctl],
+             "control=" + self.ctl,
+             # Every acknowledged write must survive the SIGKILL.
+             "writeback=off"],
             stderr=self.log, env=env)
         for _ in range(600):
             if os.path.exists(self.sock) and os.path.exists(self.ctl):

@@ -28,6 +28,8 @@
 #
 # Clients see their connection drop when nbdkit dies: that is expected.
 set -euo pipefail
+# writeback=off: this loop asserts that every acknowledged write survives
+# a kill -9 (write-back keeps that promise only for flushed writes).
 source "$(dirname "$0")/persistent-functions.sh"
 require_persistent_tools
 
@@ -117,7 +119,7 @@ for round in $(seq $((rounds + 2))); do
     region="$(( r * region_len )):$region_len"
     delay=0
     [ $((round % 2)) -eq 0 ] && delay=300
-    SNAPFG_TEST_DELAY_US=$delay start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    SNAPFG_TEST_DELAY_US=$delay start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" writeback=off
     for w in $(seq $nwriters); do
         if [ "$w" -eq $nwriters ]; then
             wopts=(--max-len 131072 --pause-ms 60)      # big multi-chunk writes
@@ -189,7 +191,7 @@ fault_case() {
     make_random_image "$origin" "$fsize"
     cp "$origin" "$pristine"
     rm -f "$cow"
-    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" writeback=off
     if [ "$writers" -eq 1 ]; then
         # Whole-chunk writes to chunks 0, 1, 2, ...: write k (from 1)
         # needs exactly one copy-out, of chunk k-1.
@@ -279,7 +281,7 @@ batch_fault_case() {
     make_random_image "$origin" "$fsize"
     cp "$origin" "$pristine"
     rm -f "$cow"
-    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" writeback=off
     pio drive-until-death "$(uri "$sock" origin)" --chunk-size $CS --write-size $bws \
         --max $((fsize / bws)) >"$out" 2>"$tmpdir/drive.err" || true
     completed=$(sed -n 's/^completed \([0-9]*\)$/\1/p' "$out")
@@ -337,7 +339,7 @@ batch_concurrent_case() {
     make_random_image "$origin" "$bsize"
     cp "$origin" "$pristine"
     rm -f "$cow" "$tmpdir"/acked-*
-    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" writeback=off
     for w in 0 1 2 3; do
         pio seq-writer "$(uri "$sock" origin)" --seed $((seed + w)) --write-size $ws \
             --in-flight 4 --region "$((w * region_len)):$region_len" \
