@@ -48,7 +48,7 @@ fsync_dir (int dirfd)
 int
 fsync_file (int dirfd, const char *name)
 {
-  int fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  int fd = openat (dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   int r, saved_errno;
 
   if (fd == -1)
@@ -111,7 +111,11 @@ read_all (int fd, void *buf, size_t len)
   return 0;
 }
 
-/* Write NAME.tmp, fsync it, rename it to NAME, fsync the directory. */
+/* Write NAME.tmp, fsync it, rename it to NAME, fsync the directory.
+ * NAME.tmp is created exclusively and never through a link: one that is
+ * there already (a run's leftovers are removed before) was put there by
+ * someone else, and is refused.
+ */
 static int
 write_atomically (int dirfd, const char *dir, const char *name,
                   const void *head, size_t head_len,
@@ -122,9 +126,15 @@ write_atomically (int dirfd, const char *dir, const char *name,
   int fd;
 
   snprintf (tmp, sizeof tmp, "%s.tmp", name);
-  fd = openat (dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd = create_in_dir (dirfd, tmp, O_WRONLY);
   if (fd == -1) {
-    snprintf (err, err_len, "%s/%s: %s", dir, tmp, strerror (errno));
+    if (errno == EEXIST)
+      snprintf (err, err_len, "%s/%s exists, although this run removed it: "
+                "someone else writes this directory; nothing was written "
+                "through it (remove it, and check who can write %s)",
+                dir, tmp, dir);
+    else
+      snprintf (err, err_len, "%s/%s: %s", dir, tmp, strerror (errno));
     return -1;
   }
   if (write_all (fd, head, head_len) == -1 ||
@@ -156,7 +166,7 @@ manifest_read (int dirfd, const char *dir, bool *missing,
   int fd;
 
   *missing = false;
-  fd = openat (dirfd, MANIFEST, O_RDONLY | O_CLOEXEC);
+  fd = openat (dirfd, MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1) {
     if (errno == ENOENT) {
       *missing = true;
@@ -242,7 +252,7 @@ sums_read (int dirfd, const char *name, uint64_t block, uint64_t size,
   CLEANUP_CLOSE int fd = -1;
   struct stat st;
 
-  fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  fd = openat (dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1) {
     snprintf (err, err_len, "%s: %s", name, strerror (errno));
     return NULL;
@@ -292,4 +302,51 @@ sums_digest (const unsigned char *sums, uint64_t block,
                      (block_count (block, end) - first) * SHA256_LEN);
     }
   gnutls_hash_deinit (h, out);
+}
+
+json_t *
+manifest_run (json_t *manifest, uint64_t seq)
+{
+  json_t *v;
+  size_t i;
+
+  json_array_foreach (json_object_get (manifest, "runs"), i, v)
+    if (json_u64 (v, "seq") == seq)
+      return v;
+  return NULL;
+}
+
+unsigned char *
+run_sums (int dirfd, const char *dir, json_t *run, char *err, size_t err_len)
+{
+  const char *name = json_str (run, "sums");
+  const char *want = json_str (run, "disk_sha256");
+  uint64_t seq = json_u64 (run, "seq");
+  unsigned char *sums, digest[SHA256_LEN];
+  char why[512], hex[65];
+
+  if (name == NULL || want == NULL) {
+    snprintf (err, err_len, "run %" PRIu64 " in %s/%s records no %s: it "
+              "cannot be verified", seq, dir, MANIFEST,
+              name == NULL ? "block sums file (\"sums\")" : "disk_sha256");
+    return NULL;
+  }
+  sums = sums_read (dirfd, name, json_u64 (run, "sum_block"),
+                    json_u64 (run, "size"), why, sizeof why);
+  if (sums == NULL) {
+    snprintf (err, err_len, "run %" PRIu64 " cannot be verified: %s/%s",
+              seq, dir, why);
+    return NULL;
+  }
+  sums_digest (sums, json_u64 (run, "sum_block"), NULL, 0,
+               json_u64 (run, "size"), digest);
+  hex_digest (digest, hex);
+  if (strcmp (hex, want) != 0) {
+    snprintf (err, err_len, "%s/%s does not match run %" PRIu64 "'s "
+              "disk_sha256 in the manifest: the backup directory is damaged",
+              dir, name, seq);
+    free (sums);
+    return NULL;
+  }
+  return sums;
 }
