@@ -197,6 +197,7 @@ restore_to_file (struct restore *r, const char *out)
   dst = output_open (tmp, r->o->format, r->size, &fd);
   if (dst == NULL)
     goto out;
+  test_pause ("restore-copy");
   got = sums_new_zero (r->block, r->size);
   if (got == NULL || data_ranges (r->src, r->size, r->block, &ranges,
                                   &nranges) == -1) {
