@@ -482,15 +482,13 @@ static int powercut_can_fua (void *handle) { return NBDKIT_FUA_NATIVE; }
 static int
 begin_request (void)
 {
-  if (!dead) {
-    requests++;
-    if (cut_after && requests > cut_after)
-      power_cut ("cut-after");
-  }
+  if (!dead && cut_after && requests == cut_after)
+    power_cut ("cut-after");
   if (dead) {
     nbdkit_set_error (EIO);
     return -1;
   }
+  requests++;                   /* served: the report counts these */
   return 0;
 }
 
