@@ -86,6 +86,8 @@ catalogue_open (const char *path, const struct catalogue_origin *origin,
     r = -ENOMEM;
     goto err;
   }
+  cat->base_name = strrchr (cat->path, '/') ? strrchr (cat->path, '/') + 1
+    : cat->path;
 
   r = catalogue_open_locked (cat, &created);
   if (r < 0)
