@@ -88,14 +88,19 @@ cmp -s "$tmpdir/victim" "$tmpdir/victim.orig" || check_fail "the image was writt
 [ -z "$(our_snapshots "$ctl")" ] || check_fail "the failed run left a snapshot"
 rm -f "$dir/0001-full.qcow2.partial"
 
+# A manifest.json.tmp planted while the run holds the directory's lock
+# is replaced (the lock makes it the run's leftover), not written
+# through.
+save_origin "$origin" "$tmpdir/expect-1.img"
 plant_during after-copy manifest.json.tmp 1 full
-expect_status 1 "a manifest.json.tmp link planted during the copy" 'manifest.json.tmp exists' "$st"
+expect_status 0 "a manifest.json.tmp link planted during the copy" 'run 1: full backup' "$st"
 cmp -s "$tmpdir/victim" "$tmpdir/victim.orig" || check_fail "the manifest was written through the planted link"
-[ ! -e "$dir/manifest.json" ] || check_fail "the failed run recorded a manifest"
-rm -f "$dir/manifest.json.tmp"
+[ -f "$dir/manifest.json" ] && [ ! -L "$dir/manifest.json" ] && [ ! -e "$dir/manifest.json.tmp" ] ||
+    check_fail "manifest.json is not a file of its own: $(ls -l "$dir")"
+write_random_blocks "$origin" 40 1 "$size"
 
-# Once the links are gone, runs work; the images are private.
-for n in 1 2 3; do
+# The images are private; more runs work.
+for n in 2 3; do
     save_origin "$origin" "$tmpdir/expect-$n.img"
     bk -S "$ctl" -u "$origin" backup "$dir" || { cat "$tmpdir/bk.log" >&2; fail "run $n failed"; }
     write_random_blocks "$origin" 40 "$n" "$size"

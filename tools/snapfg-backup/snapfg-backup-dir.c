@@ -93,13 +93,6 @@ check_private_dir (struct backup_dir *d)
   return 0;
 }
 
-int
-create_in_dir (int dirfd, const char *name, int flags)
-{
-  return openat (dirfd, name,
-                 flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-}
-
 /* Only one run at a time in a directory. */
 int
 lock_backup_dir (struct backup_dir *d)

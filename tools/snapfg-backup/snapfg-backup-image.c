@@ -32,6 +32,7 @@
 #include <endian.h>
 #include <sys/stat.h>
 
+#include "file-create.h"
 #include "snapfg-backup.h"
 
 #define QCOW2_MAGIC 0x514649fb  /* "QFI\xfb" */
@@ -90,8 +91,9 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
   struct stat made, now;
   int fd, pass, r;
 
-  fd = create_in_dir (dirfd, name, O_RDWR);
-  if (fd == -1) {
+  fd = create_in_dir (dirfd, name, O_RDWR, 0600);
+  if (fd < 0) {
+    errno = -fd;
     if (errno == EEXIST)
       backup_error ("%s/%s exists, although this run removed it: someone "
                     "else writes this directory; nothing was written "

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "full-io.h"
 #include "rounding.h"
 #include "snapfg-backup.h"
 
@@ -163,7 +164,7 @@ restore_to_stdout (struct restore *r)
         goto out;
       }
     }
-    if (write_all (1, buf, len) == -1) {
+    if (full_write (1, buf, len) < 0) {
       backup_error ("writing to standard output: %m");
       goto out;
     }

@@ -121,11 +121,6 @@ extern int open_backup_dir_created (const char *path, bool create,
  * or swap files.  0, or -1 after a message that says how to fix it.
  */
 extern int check_private_dir (struct backup_dir *d);
-/* Create NAME in the directory: O_CREAT | O_EXCL | O_NOFOLLOW, mode
- * 0600, so that nothing planted there (a link, a file) is written
- * through.  The descriptor, or -1 with errno set.
- */
-extern int create_in_dir (int dirfd, const char *name, int flags);
 /* A name snapfg-backup writes, and the run number it carries. */
 extern bool backup_file_name (const char *name, unsigned *seq, bool *partial);
 /* Only one run at a time in a directory. */
@@ -247,8 +242,6 @@ extern unsigned char *sums_new_zero (uint64_t block, uint64_t size);
  */
 extern int fsync_dir (int dirfd);
 extern int fsync_file (int dirfd, const char *name);
-/* write(2) all of BUF, through EINTR and short writes. */
-extern int write_all (int fd, const void *buf, size_t len);
 
 /* --- images (snapfg-backup-image.c) --- */
 
