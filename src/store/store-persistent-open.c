@@ -23,7 +23,7 @@
  * kernel never opens a store a power loss may have torn).
  */
 int
-write_header (struct persistent_store *ps, uint32_t valid)
+persistent_write_header (struct persistent_store *ps, uint32_t valid)
 {
   unsigned char buf[512] = { 0 };
   struct dm_header h = {
@@ -166,9 +166,9 @@ set_unsynced_mark (struct persistent_store *ps,
   if (ps->torn && !st->dev.readonly) {
     ps->marked = false;
     ps->merging = false;
-    r = write_header (ps, 0);
+    r = persistent_write_header (ps, 0);
     if (r == 0)
-      r = ps_sync (ps);
+      r = persistent_sync (ps);
     if (r < 0)
       snapfg_error ("cow=%s: could not write the Invalid header: %s",
                     params->path, strerror (-r));
@@ -194,11 +194,11 @@ set_unsynced_mark (struct persistent_store *ps,
   /* Whatever an earlier process left in the page cache becomes durable
    * before the header changes.
    */
-  r = ps_sync (ps);
+  r = persistent_sync (ps);
   if (r == 0)
-    r = write_header (ps, 1);
+    r = persistent_write_header (ps, 1);
   if (r == 0)
-    r = ps_sync (ps);
+    r = persistent_sync (ps);
   if (r < 0)
     snapfg_error ("cow=%s: cannot write the header: %s",
                   params->path, strerror (-r));
@@ -281,15 +281,15 @@ format_new_store (struct persistent_store *ps)
    * the header, then sync: a crash before the header is durable leaves
    * an all-zero (new) store.
    */
-  r = zero_area (ps, 0);
+  r = persistent_zero_area (ps, 0);
   if (r == 0 && dm_area_chunk (1, ps->pairs_per_area) < st->max_chunks)
-    r = zero_area (ps, 1);
+    r = persistent_zero_area (ps, 1);
   if (r == 0)
-    r = ps_sync (ps);
+    r = persistent_sync (ps);
   if (r == 0)
-    r = write_header (ps, 1);
+    r = persistent_write_header (ps, 1);
   if (r == 0)
-    r = ps_sync (ps);
+    r = persistent_sync (ps);
   if (r < 0) {
     snapfg_error ("cow=%s: cannot write a new store: %s",
                   st->dev.path, strerror (-r));
