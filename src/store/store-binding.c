@@ -287,6 +287,18 @@ binding_check (const struct binding_want *want, const char *path,
                     found->present ? found->uuid : "");
       return -EINVAL;
     }
+    /* The record and the store must agree on the name too: records
+     * whose names were swapped would serve each other's data.
+     */
+    if (found->name[0] &&
+        strncmp (found->name, name, sizeof found->name - 1) != 0) {
+      snapfg_error ("cow=%s: the catalogue records this store as snapshot "
+                    "\"%s\" (uuid %s), but the store holds snapshot \"%s\" "
+                    "(uuid %s); refusing to serve it under another name (the "
+                    "file is left unchanged): correct the catalogue record",
+                    path, name, want->uuid, found->name, found->uuid);
+      return -EINVAL;
+    }
     if (merge_marked && !want->merge_expected) {
       snapfg_error ("cow=%s: snapshot \"%s\" carries a merge mark, but the "
                     "catalogue records no merge of it; refusing to guess "
