@@ -218,6 +218,8 @@ catalogue_open (const char *path, const struct catalogue_origin *origin,
     r = -ENOMEM;
     goto err;
   }
+  cat->base_name = strrchr (cat->path, '/') ? strrchr (cat->path, '/') + 1
+    : cat->path;
 
   r = check_catalogue_dir (cat);
   if (r < 0)

@@ -11,40 +11,10 @@
 #include <string.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <endian.h>
 
+#include "byte-order.h"
 #include "dm-format.h"
 #include "power-of-two.h"
-
-static void
-put_le32 (unsigned char *p, uint32_t v)
-{
-  uint32_t le = htole32 (v);
-  memcpy (p, &le, 4);
-}
-
-static uint32_t
-get_le32 (const unsigned char *p)
-{
-  uint32_t le;
-  memcpy (&le, p, 4);
-  return le32toh (le);
-}
-
-static void
-put_le64 (unsigned char *p, uint64_t v)
-{
-  uint64_t le = htole64 (v);
-  memcpy (p, &le, 8);
-}
-
-static uint64_t
-get_le64 (const unsigned char *p)
-{
-  uint64_t le;
-  memcpy (&le, p, 8);
-  return le64toh (le);
-}
 
 void
 dm_header_encode (const struct dm_header *h, void *buf)

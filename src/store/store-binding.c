@@ -9,9 +9,9 @@
 #include <string.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <endian.h>
 #include <time.h>
 
+#include "byte-order.h"
 #include "store-binding.h"
 #include "catalogue.h"
 #include "snapfg-log.h"
@@ -34,36 +34,6 @@
 #define OFF_ORIGIN_PATH 208
 #define ORIGIN_PATH_LEN 200
 #define OFF_CRC 444
-
-static void
-put32 (unsigned char *p, uint32_t v)
-{
-  v = htole32 (v);
-  memcpy (p, &v, 4);
-}
-
-static void
-put64 (unsigned char *p, uint64_t v)
-{
-  v = htole64 (v);
-  memcpy (p, &v, 8);
-}
-
-static uint32_t
-get32 (const unsigned char *p)
-{
-  uint32_t v;
-  memcpy (&v, p, 4);
-  return le32toh (v);
-}
-
-static uint64_t
-get64 (const unsigned char *p)
-{
-  uint64_t v;
-  memcpy (&v, p, 8);
-  return le64toh (v);
-}
 
 /* CRC-32 (IEEE, reflected), bit by bit: a few hundred bytes, rarely. */
 static uint32_t
@@ -113,19 +83,19 @@ binding_encode (const struct store_binding *b,
 {
   memset (out, 0, STORE_BINDING_SIZE);
   memcpy (out, BINDING_MAGIC, 8);
-  put32 (out + OFF_VERSION, BINDING_VERSION);
-  put32 (out + OFF_MODE, b->mode);
-  put32 (out + OFF_STATE, b->state);
-  put64 (out + OFF_CREATED, b->created);
-  put64 (out + OFF_ORIGIN_SIZE, b->origin_size);
-  put64 (out + OFF_ORIGIN_DEV, b->origin_dev);
-  put64 (out + OFF_ORIGIN_INO, b->origin_ino);
-  put64 (out + OFF_ORIGIN_HASH, b->origin_hash);
+  put_le32 (out + OFF_VERSION, BINDING_VERSION);
+  put_le32 (out + OFF_MODE, b->mode);
+  put_le32 (out + OFF_STATE, b->state);
+  put_le64 (out + OFF_CREATED, b->created);
+  put_le64 (out + OFF_ORIGIN_SIZE, b->origin_size);
+  put_le64 (out + OFF_ORIGIN_DEV, b->origin_dev);
+  put_le64 (out + OFF_ORIGIN_INO, b->origin_ino);
+  put_le64 (out + OFF_ORIGIN_HASH, b->origin_hash);
   put_text (out + OFF_UUID, 36, b->uuid);
   put_text (out + OFF_CATALOGUE, 36, b->catalogue_id);
   put_text (out + OFF_NAME, NAME_LEN, b->name);
   put_text (out + OFF_ORIGIN_PATH, ORIGIN_PATH_LEN, b->origin_path);
-  put32 (out + OFF_CRC, crc32_ieee (out, OFF_CRC));
+  put_le32 (out + OFF_CRC, crc32_ieee (out, OFF_CRC));
 }
 
 int
@@ -135,17 +105,17 @@ binding_decode (const unsigned char in[STORE_BINDING_SIZE],
   memset (b, 0, sizeof *b);
   if (memcmp (in, BINDING_MAGIC, 8) != 0)
     return 0;                   /* no record */
-  if (get32 (in + OFF_CRC) != crc32_ieee (in, OFF_CRC) ||
-      get32 (in + OFF_VERSION) != BINDING_VERSION)
+  if (get_le32 (in + OFF_CRC) != crc32_ieee (in, OFF_CRC) ||
+      get_le32 (in + OFF_VERSION) != BINDING_VERSION)
     return -EINVAL;
   b->present = true;
-  b->mode = get32 (in + OFF_MODE);
-  b->state = get32 (in + OFF_STATE);
-  b->created = get64 (in + OFF_CREATED);
-  b->origin_size = get64 (in + OFF_ORIGIN_SIZE);
-  b->origin_dev = get64 (in + OFF_ORIGIN_DEV);
-  b->origin_ino = get64 (in + OFF_ORIGIN_INO);
-  b->origin_hash = get64 (in + OFF_ORIGIN_HASH);
+  b->mode = get_le32 (in + OFF_MODE);
+  b->state = get_le32 (in + OFF_STATE);
+  b->created = get_le64 (in + OFF_CREATED);
+  b->origin_size = get_le64 (in + OFF_ORIGIN_SIZE);
+  b->origin_dev = get_le64 (in + OFF_ORIGIN_DEV);
+  b->origin_ino = get_le64 (in + OFF_ORIGIN_INO);
+  b->origin_hash = get_le64 (in + OFF_ORIGIN_HASH);
   get_text (in + OFF_UUID, 36, b->uuid);
   get_text (in + OFF_CATALOGUE, 36, b->catalogue_id);
   get_text (in + OFF_NAME, NAME_LEN, b->name);
