@@ -329,13 +329,6 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
     json_decref (root);
     return -EINVAL;
   }
-  problem = catalogue_check_records (cat, root, why, sizeof why);
-  if (problem) {
-    snapfg_error ("state=%s: malformed catalogue: %s; the file is left "
-                  "unchanged", cat->path, problem);
-    json_decref (root);
-    return -EINVAL;
-  }
   if (strcmp (json_string_value (json_object_get (o, "path")),
               origin->path) != 0 ||
       (uint64_t) json_integer_value (json_object_get (o, "size"))
@@ -347,6 +340,14 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
                   json_string_value (json_object_get (o, "path")),
                   (uint64_t) json_integer_value (json_object_get (o, "size")),
                   origin->path, origin->size);
+    json_decref (root);
+    return -EINVAL;
+  }
+  /* (After the origin: another origin's catalogue says so first.) */
+  problem = catalogue_check_records (cat, root, why, sizeof why);
+  if (problem) {
+    snapfg_error ("state=%s: malformed catalogue: %s; the file is left "
+                  "unchanged", cat->path, problem);
     json_decref (root);
     return -EINVAL;
   }

@@ -14,6 +14,7 @@
 
 #include "store.h"
 #include "catalogue.h"
+#include "file-create.h"
 #include "exception-table.h"
 #include "snapfg-log.h"
 
@@ -76,22 +77,28 @@ static int
 open_in_state_dir (const struct snapfg_store_params *params,
                    struct snapfg_store *st)
 {
-  int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW;
   struct stat sb;
   int fd, r;
 
-  if (!params->must_exist)
-    flags |= O_CREAT | O_EXCL;
-  fd = openat (params->state_dirfd, params->state_leaf, flags, 0600);
-  if (fd == -1) {
-    r = -errno;
-    if (r == -EEXIST)
-      snapfg_error ("cow=%s: a file of that name is already in the state "
+  if (params->must_exist)
+    fd = openat (params->state_dirfd, params->state_leaf,
+                 O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  else
+    fd = create_in_dir (params->state_dirfd, params->state_leaf, O_RDWR,
+                        0600);
+  if (fd < 0) {
+    r = fd == -1 ? -errno : fd;
+    if (r == -EEXIST) {
+      bool link = fstatat (params->state_dirfd, params->state_leaf, &sb,
+                           AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK (sb.st_mode);
+      snapfg_error ("cow=%s: %s of that name is already in the state "
                     "directory, but the catalogue records no snapshot "
                     "using it (left by a crash, or put there by someone "
-                    "else); the server never reuses or overwrites it: "
-                    "remove it, or give this snapshot another name",
-                    params->path);
+                    "else); the server never reuses, overwrites or writes "
+                    "through it: remove it, or give this snapshot another "
+                    "name", params->path,
+                    link ? "a symbolic link" : "a file");
+    }
     else if (r == -ELOOP)
       snapfg_error ("cow=%s: is a symbolic link; the server never writes a "
                     "store of its state directory through a link (remove "
