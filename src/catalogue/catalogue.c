@@ -472,17 +472,3 @@ catalogue_names_own_file (struct catalogue *cat, const char *path,
   free (real);
   return own;
 }
-
-/* --- history --- */
-
-int
-catalogue_event (struct catalogue *cat, const char *event, const char *name,
-                 const char *detail)
-{
-  json_t *doc;
-
-  SCOPED_MUTEX_LOCK (&cat->lock);
-  doc = json_deep_copy (cat->root);
-  catalogue_append_event (doc, event, name, detail);
-  return catalogue_commit (cat, doc);
-}

@@ -25,7 +25,9 @@ dm_header_encode (const struct dm_header *h, void *buf)
   put_le32 (p + 4, h->valid);
   put_le32 (p + 8, h->version);
   put_le32 (p + 12, h->chunk_sectors);
-  memset (p + SNAPFG_MERGE_MARK_OFFSET, 0, sizeof SNAPFG_MERGE_MARK);
+  /* The mark's whole field, bytes 16..31. */
+  memset (p + SNAPFG_MERGE_MARK_OFFSET, 0,
+          SNAPFG_UNSYNCED_MARK_OFFSET - SNAPFG_MERGE_MARK_OFFSET);
   if (h->snapfg_merging)
     memcpy (p + SNAPFG_MERGE_MARK_OFFSET, SNAPFG_MERGE_MARK,
             sizeof SNAPFG_MERGE_MARK);
