@@ -121,6 +121,7 @@ plugin_config_complete (void)
     .max_snapshots = params.max_snapshots,
     .writeback = params.writeback,
     .writeback_max = params.writeback_max,
+    .origin_moved = params.origin_moved,
   };
   const char *problem;
 

@@ -10,13 +10,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <time.h>
 #include <unistd.h>
-#include <endian.h>
 #include <sys/stat.h>
 
+#include "byte-order.h"
 #include "cbt-bitmap.h"
+#include "file-create.h"
+#include "full-io.h"
 #include "rounding.h"
 #include "snapfg-log.h"
 
@@ -82,78 +83,82 @@ cbt_boot_id (char id[CBT_BOOT_ID_LEN])
 
 /* --- the header --- */
 
-struct cbt_header {
-  char magic[8];
-  uint32_t version, header_size, granularity, flags;
-  uint64_t origin_size, granules;
-  char boot_id[CBT_BOOT_ID_LEN];
-  uint64_t created;
-} __attribute__ ((packed));
+/* Offsets in the header (little endian; the rest of it is zero). */
+#define HDR_MAGIC 0                    /* CBT_MAGIC, 8 bytes */
+#define HDR_VERSION 8                  /* le32 */
+#define HDR_HEADER_SIZE 12             /* le32 */
+#define HDR_GRANULARITY 16             /* le32 */
+#define HDR_FLAGS 20                   /* le32 */
+#define HDR_ORIGIN_SIZE 24             /* le64 */
+#define HDR_GRANULES 32                /* le64 */
+#define HDR_BOOT_ID 40                 /* CBT_BOOT_ID_LEN bytes */
+#define HDR_CREATED (HDR_BOOT_ID + CBT_BOOT_ID_LEN) /* le64 */
+#define HDR_CATALOGUE 88               /* 36 characters, NUL-padded to 40 */
+#define HDR_SEQ 128                    /* le64 */
+#define HDR_NAME 136                   /* CBT_NAME_LEN bytes */
+#define HDR_ORIGIN_DEV 264             /* le64 */
+#define HDR_ORIGIN_INO 272             /* le64 */
+#define HDR_BITS_SUM 280               /* le64 */
+
+/* The checksum of the bits a clean close writes: 64-bit FNV-1a over the
+ * words (a word at a time: a changed, moved or missing word changes it).
+ */
+static uint64_t
+bits_checksum (const struct cbt_bitmap *bm)
+{
+  uint64_t h = UINT64_C (0xcbf29ce484222325);
+
+  for (uint64_t w = 0; w < bm->nwords; ++w) {
+    h ^= atomic_load (&((struct cbt_bitmap *) bm)->words[w]);
+    h *= UINT64_C (0x100000001b3);
+  }
+  return h;
+}
 
 static void
 encode_header (const struct cbt_bitmap *bm, uint32_t flags,
                unsigned char buf[CBT_HEADER_SIZE])
 {
-  struct cbt_header h;
-
   memset (buf, 0, CBT_HEADER_SIZE);
-  memset (&h, 0, sizeof h);
-  memcpy (h.magic, CBT_MAGIC, 8);
-  h.version = htole32 (CBT_VERSION);
-  h.header_size = htole32 (CBT_HEADER_SIZE);
-  h.granularity = htole32 (bm->granularity);
-  h.flags = htole32 (flags);
-  h.origin_size = htole64 (bm->origin_size);
-  h.granules = htole64 (bm->granules);
-  memcpy (h.boot_id, bm->boot_id, CBT_BOOT_ID_LEN);
-  h.created = htole64 (bm->created);
-  memcpy (buf, &h, sizeof h);
+  memcpy (buf + HDR_MAGIC, CBT_MAGIC, 8);
+  put_le32 (buf + HDR_VERSION, CBT_VERSION);
+  put_le32 (buf + HDR_HEADER_SIZE, CBT_HEADER_SIZE);
+  put_le32 (buf + HDR_GRANULARITY, bm->granularity);
+  put_le32 (buf + HDR_FLAGS, flags);
+  put_le64 (buf + HDR_ORIGIN_SIZE, bm->origin_size);
+  put_le64 (buf + HDR_GRANULES, bm->granules);
+  memcpy (buf + HDR_BOOT_ID, bm->boot_id, CBT_BOOT_ID_LEN);
+  put_le64 (buf + HDR_CREATED, bm->created);
+  if (bm->bound) {
+    const struct cbt_binding *b = &bm->binding;
+
+    memcpy (buf + HDR_CATALOGUE, b->catalogue_id, strlen (b->catalogue_id));
+    put_le64 (buf + HDR_SEQ, b->seq);
+    memcpy (buf + HDR_NAME, b->name, strnlen (b->name, CBT_NAME_LEN));
+    put_le64 (buf + HDR_ORIGIN_DEV, b->origin_dev);
+    put_le64 (buf + HDR_ORIGIN_INO, b->origin_ino);
+    put_le32 (buf + HDR_FLAGS, flags | CBT_FLAG_BOUND);
+  }
+  if (flags & CBT_FLAG_SUMMED)
+    put_le64 (buf + HDR_BITS_SUM, bits_checksum (bm));
 }
 
-static int
-pwrite_all (int fd, const void *buf, size_t count, uint64_t offset)
+static void
+decode_binding (const unsigned char *buf, struct cbt_binding *b)
 {
-  const char *p = buf;
-
-  while (count > 0) {
-    ssize_t n = pwrite (fd, p, count, offset);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    if (n == 0)
-      return -EIO;
-    p += n;
-    count -= n;
-    offset += n;
-  }
-  return 0;
-}
-
-static int
-pread_all (int fd, void *buf, size_t count, uint64_t offset)
-{
-  char *p = buf;
-
-  while (count > 0) {
-    ssize_t n = pread (fd, p, count, offset);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    if (n == 0)
-      return -ENODATA;          /* short file */
-    p += n;
-    count -= n;
-    offset += n;
-  }
-  return 0;
+  memset (b, 0, sizeof *b);
+  memcpy (b->catalogue_id, buf + HDR_CATALOGUE, 36);
+  b->seq = get_le64 (buf + HDR_SEQ);
+  memcpy (b->name, buf + HDR_NAME, CBT_NAME_LEN);
+  b->origin_dev = get_le64 (buf + HDR_ORIGIN_DEV);
+  b->origin_ino = get_le64 (buf + HDR_ORIGIN_INO);
 }
 
 /* Write the header with these flags and sync it (the caller holds
- * bm->lock or is alone with the bitmap).
+ * bm->lock or is alone with the bitmap).  A clean header (neither DIRTY
+ * nor INCONSISTENT) carries the bits' checksum: the caller has synced
+ * the bits, and the words in memory are what the file holds.  A foreign
+ * bitmap (another checkpoint's file) is never written.
  */
 static int
 write_header (struct cbt_bitmap *bm, uint32_t flags)
@@ -161,12 +166,16 @@ write_header (struct cbt_bitmap *bm, uint32_t flags)
   unsigned char buf[CBT_HEADER_SIZE];
   int r;
 
-  if (bm->fd < 0)
+  if (bm->fd < 0 || bm->foreign)
     return 0;
+  if (!(flags & (CBT_FLAG_DIRTY | CBT_FLAG_INCONSISTENT)))
+    flags |= CBT_FLAG_SUMMED;
   encode_header (bm, flags, buf);
-  r = pwrite_all (bm->fd, buf, sizeof buf, 0);
+  r = full_pwrite (bm->fd, buf, sizeof buf, 0);
   if (r == 0 && fdatasync (bm->fd) == -1)
     r = -errno;
+  if (r == 0)
+    bm->header_dirty = flags & CBT_FLAG_DIRTY;
   return r;
 }
 
@@ -210,32 +219,21 @@ bitmap_free (struct cbt_bitmap *bm)
   free (bm);
 }
 
-static int
-sync_directory_of (const char *path)
-{
-  char *copy = strdup (path);
-  int fd, r = 0;
-
-  if (copy == NULL)
-    return -ENOMEM;
-  fd = open (dirname (copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd == -1 || fsync (fd) == -1)
-    r = -errno;
-  if (fd >= 0)
-    close (fd);
-  free (copy);
-  return r;
-}
-
 int
 cbt_bitmap_create (const char *path, uint32_t granularity,
-                   uint64_t origin_size, struct cbt_bitmap **bmp)
+                   uint64_t origin_size, const struct cbt_binding *binding,
+                   struct cbt_bitmap **bmp)
 {
   struct cbt_bitmap *bm = bitmap_alloc (path, granularity, origin_size);
   int r;
 
   if (bm == NULL)
     return -ENOMEM;
+  if (binding) {
+    bm->binding = *binding;
+    bm->binding.origin_moved = false;
+    bm->bound = true;
+  }
   bm->created = time (NULL);
   bm->fd = open (path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (bm->fd == -1) {
@@ -278,12 +276,63 @@ cbt_bitmap_create (const char *path, uint32_t granularity,
   return 0;
 }
 
+/* Is the bitmap bound to 'expect'?  If not, say how in why and mark it
+ * inconsistent (foreign: another catalogue's or checkpoint's file).  An
+ * unbound bitmap (an older snapfg's) and one whose origin moved with
+ * origin-moved=true take the expected binding.
+ */
+static void
+check_binding (struct cbt_bitmap *bm, const struct cbt_binding *expect,
+               char *why, size_t why_len)
+{
+  const struct cbt_binding *b = &bm->binding;
+
+  if (bm->bound) {
+    if (strcmp (b->catalogue_id, expect->catalogue_id) != 0) {
+      snprintf (why, why_len, "belongs to another catalogue (id %s, not %s): "
+                "another server's or origin's bitmap", b->catalogue_id,
+                expect->catalogue_id);
+      bm->foreign = true;
+    }
+    else if (b->seq != expect->seq || strcmp (b->name, expect->name) != 0) {
+      snprintf (why, why_len, "belongs to checkpoint \"%s\" (number %" PRIu64
+                "), not to \"%s\" (number %" PRIu64 ")", b->name, b->seq,
+                expect->name, expect->seq);
+      bm->foreign = true;
+    }
+    else if (b->origin_ino != 0 && expect->origin_ino != 0 &&
+             (b->origin_dev != expect->origin_dev ||
+              b->origin_ino != expect->origin_ino)) {
+      if (!expect->origin_moved) {
+        snprintf (why, why_len, "tracked another origin (device %" PRIu64
+                  " inode %" PRIu64 "; the origin is device %" PRIu64
+                  " inode %" PRIu64 " now: it was replaced; if it really "
+                  "moved, start with origin-moved=true)", b->origin_dev,
+                  b->origin_ino, expect->origin_dev, expect->origin_ino);
+        atomic_store (&bm->inconsistent, true);
+        return;
+      }
+      snapfg_notice ("checkpoint bitmap %s: origin-moved=true: it tracked "
+                     "device %" PRIu64 " inode %" PRIu64 ", rebound to the "
+                     "origin as it is now", bm->path, b->origin_dev,
+                     b->origin_ino);
+    }
+    if (bm->foreign) {
+      atomic_store (&bm->inconsistent, true);
+      return;
+    }
+  }
+  bm->binding = *expect;
+  bm->binding.origin_moved = false;
+  bm->bound = true;
+}
+
 int
 cbt_bitmap_open (const char *path, uint64_t origin_size,
+                 const struct cbt_binding *expect,
                  struct cbt_bitmap **bmp, char *why, size_t why_len)
 {
   unsigned char buf[CBT_HEADER_SIZE];
-  struct cbt_header h;
   struct cbt_bitmap *bm;
   uint32_t granularity, flags;
   uint64_t *raw;
@@ -303,29 +352,28 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     close (fd);
     return -EINVAL;
   }
-  r = pread_all (fd, buf, sizeof buf, 0);
+  r = full_pread (fd, buf, sizeof buf, 0);
   if (r < 0) {
     snprintf (why, why_len, r == -ENODATA ? "too short for a checkpoint "
               "bitmap header" : "cannot read: %s", strerror (-r));
     close (fd);
     return r == -ENODATA ? -EINVAL : r;
   }
-  memcpy (&h, buf, sizeof h);
-  if (memcmp (h.magic, CBT_MAGIC, 8) != 0) {
+  if (memcmp (buf + HDR_MAGIC, CBT_MAGIC, 8) != 0) {
     snprintf (why, why_len, "not a snapfg checkpoint bitmap (no %s magic)",
               CBT_MAGIC);
     close (fd);
     return -EINVAL;
   }
-  if (le32toh (h.version) != CBT_VERSION ||
-      le32toh (h.header_size) != CBT_HEADER_SIZE) {
+  if (get_le32 (buf + HDR_VERSION) != CBT_VERSION ||
+      get_le32 (buf + HDR_HEADER_SIZE) != CBT_HEADER_SIZE) {
     snprintf (why, why_len, "unsupported checkpoint bitmap version %" PRIu32
-              " (this snapfg reads version %d)", le32toh (h.version),
+              " (this snapfg reads version %d)", get_le32 (buf + HDR_VERSION),
               CBT_VERSION);
     close (fd);
     return -EINVAL;
   }
-  granularity = le32toh (h.granularity);
+  granularity = get_le32 (buf + HDR_GRANULARITY);
   if (granularity < 512 || granularity > CBT_MAX_GRANULARITY ||
       !is_power_of_two (granularity)) {
     snprintf (why, why_len, "corrupt header: granularity %" PRIu32,
@@ -333,9 +381,10 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     close (fd);
     return -EINVAL;
   }
-  if (le64toh (h.origin_size) != origin_size) {
+  if (get_le64 (buf + HDR_ORIGIN_SIZE) != origin_size) {
     snprintf (why, why_len, "made for an origin of %" PRIu64 " bytes, but "
-              "the origin has %" PRIu64 " bytes", le64toh (h.origin_size),
+              "the origin has %" PRIu64 " bytes",
+              get_le64 (buf + HDR_ORIGIN_SIZE),
               origin_size);
     close (fd);
     return -EINVAL;
@@ -346,11 +395,11 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     return -ENOMEM;
   }
   bm->fd = fd;
-  bm->created = le64toh (h.created);
-  if (le64toh (h.granules) != bm->granules ||
+  bm->created = get_le64 (buf + HDR_CREATED);
+  if (get_le64 (buf + HDR_GRANULES) != bm->granules ||
       (uint64_t) st.st_size < CBT_HEADER_SIZE + bm->nwords * 8) {
     snprintf (why, why_len, "corrupt header or truncated file (%" PRIu64
-              " granules, %" PRIu64 " bytes)", le64toh (h.granules),
+              " granules, %" PRIu64 " bytes)", get_le64 (buf + HDR_GRANULES),
               (uint64_t) st.st_size);
     bitmap_free (bm);
     return -EINVAL;
@@ -360,7 +409,7 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     bitmap_free (bm);
     return -ENOMEM;
   }
-  r = pread_all (fd, raw, bm->nwords * 8, CBT_HEADER_SIZE);
+  r = full_pread (fd, raw, bm->nwords * 8, CBT_HEADER_SIZE);
   if (r < 0) {
     snprintf (why, why_len, "cannot read the bits: %s", strerror (-r));
     free (raw);
@@ -368,13 +417,35 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     return r;
   }
   for (uint64_t w = 0; w < bm->nwords; ++w)
-    atomic_init (&bm->words[w], le64toh (raw[w]));
+    atomic_init (&bm->words[w], get_le64 (&raw[w]));
   free (raw);
 
-  flags = le32toh (h.flags);
-  memcpy (boot_id, h.boot_id, CBT_BOOT_ID_LEN);
+  flags = get_le32 (buf + HDR_FLAGS);
+  bm->header_dirty = flags & CBT_FLAG_DIRTY;
+  if (flags & CBT_FLAG_BOUND) {
+    decode_binding (buf, &bm->binding);
+    bm->bound = true;
+  }
+  if (expect) {
+    check_binding (bm, expect, why, why_len);
+    if (atomic_load (&bm->inconsistent)) {
+      *bmp = bm;
+      return 0;
+    }
+  }
+  memcpy (boot_id, buf + HDR_BOOT_ID, CBT_BOOT_ID_LEN);
   boot_id[CBT_BOOT_ID_LEN - 1] = '\0';
-  if (flags & CBT_FLAG_INCONSISTENT) {
+  if ((flags & CBT_FLAG_SUMMED) &&
+      !(flags & (CBT_FLAG_DIRTY | CBT_FLAG_INCONSISTENT)) &&
+      get_le64 (buf + HDR_BITS_SUM) != bits_checksum (bm)) {
+    /* Not flagged in the file: the catalogue records it, and the file
+     * stays as it was found.
+     */
+    snprintf (why, why_len, "its bits do not match the checksum its last "
+              "clean close wrote: the file was damaged or changed since");
+    atomic_store (&bm->inconsistent, true);
+  }
+  else if (flags & CBT_FLAG_INCONSISTENT) {
     snprintf (why, why_len, "flagged inconsistent (a bitmap write failed "
               "or the system stopped uncleanly earlier)");
     atomic_store (&bm->inconsistent, true);
@@ -517,9 +588,9 @@ cbt_bitmap_mark_slow (struct cbt_bitmap *bm, uint64_t first, uint64_t last)
       uint64_t le[WORDS_PER_WRITE];
 
       for (uint64_t i = 0; i < n; ++i)
-        le[i] = htole64 (buf[i]);
+        put_le64 (&le[i], buf[i]);
       r = test_write_error () ? -EIO
-        : pwrite_all (bm->fd, le, n * 8, CBT_HEADER_SIZE + w0 * 8);
+        : full_pwrite (bm->fd, le, n * 8, CBT_HEADER_SIZE + w0 * 8);
       if (r < 0)
         break;
       atomic_fetch_add (&bm->written_gen, 1);
@@ -546,6 +617,7 @@ cbt_bitmap_count (const struct cbt_bitmap *bm)
 int
 cbt_bitmap_or (struct cbt_bitmap *dst, const struct cbt_bitmap *src)
 {
+  bool was_clean = false;
   uint64_t *raw;
   int r = 0;
 
@@ -576,15 +648,23 @@ cbt_bitmap_or (struct cbt_bitmap *dst, const struct cbt_bitmap *src)
         raw[d >> 6] |= UINT64_C (1) << (d & 63);
     }
   }
-  if (dst->fd >= 0) {
+  /* A clean file's checksum would no longer match: say DIRTY first
+   * (durably), and clean again, with the new checksum, once the new bits
+   * are durable.
+   */
+  if (dst->fd >= 0 && !dst->header_dirty && !dst->foreign) {
+    was_clean = true;
+    r = write_header (dst, current_flags (dst, true));
+  }
+  if (r == 0 && dst->fd >= 0) {
     uint64_t *le = malloc (dst->nwords * 8 + 8);
 
     if (le == NULL)
       r = -ENOMEM;
     else {
       for (uint64_t w = 0; w < dst->nwords; ++w)
-        le[w] = htole64 (raw[w]);
-      r = pwrite_all (dst->fd, le, dst->nwords * 8, CBT_HEADER_SIZE);
+        put_le64 (&le[w], raw[w]);
+      r = full_pwrite (dst->fd, le, dst->nwords * 8, CBT_HEADER_SIZE);
       if (r == 0 && fdatasync (dst->fd) == -1)
         r = -errno;
       free (le);
@@ -593,6 +673,8 @@ cbt_bitmap_or (struct cbt_bitmap *dst, const struct cbt_bitmap *src)
   if (r == 0)
     for (uint64_t w = 0; w < dst->nwords; ++w)
       atomic_store (&dst->words[w], raw[w]);
+  if (r == 0 && was_clean)
+    r = write_header (dst, current_flags (dst, false));
   pthread_mutex_unlock (&dst->lock);
   free (raw);
   if (src->inconsistent && r == 0)

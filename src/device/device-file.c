@@ -357,6 +357,12 @@ file_create (struct snapfg_device *dev, const char *path)
   return r;
 }
 
+int
+device_file_init_fd (struct snapfg_device *dev, int fd)
+{
+  return init_from_fd (dev, fd, false);
+}
+
 /* The copy_file_range loop: 0, -EOPNOTSUPP if these files cannot (from
  * now on) or the source ended early, or another error.
  */
@@ -522,7 +528,6 @@ const struct device_ops device_file_ops = {
   .punch = file_punch,
   .zero = file_zero,
   .extents = file_extents,
-  .truncate = file_truncate,
   .discard_contents = file_discard_contents,
 };
 
@@ -578,6 +583,5 @@ const struct device_ops device_block_ops = {
   .punch = block_punch,
   .zero = block_zero,
   .extents = NULL,              /* no allocation map: all data */
-  .truncate = NULL,             /* a fixed size */
   .discard_contents = NULL,     /* zeroes what was used */
 };

@@ -67,6 +67,12 @@ extern int device_open (struct snapfg_device *dev, const char *path,
  * that exists already: -EEXIST.
  */
 extern int device_create (struct snapfg_device *dev, const char *path);
+/* Take over fd, a regular file open read-write that the caller opened
+ * itself (e.g. through a directory descriptor), as a file device called
+ * path.  On failure fd is not closed.
+ */
+extern int device_adopt_file (struct snapfg_device *dev, const char *path,
+                              int fd);
 extern void device_close (struct snapfg_device *dev);
 
 /* Why did the last device_open or device_create in this thread fail with
@@ -158,9 +164,6 @@ extern int device_is_all_zero (const struct snapfg_device *dev);
 extern int device_current_size (const struct snapfg_device *dev,
                                 uint64_t *size);
 
-/* Set the size of a regular file (-EINVAL for a fixed-size device). */
-extern int device_truncate (struct snapfg_device *dev, uint64_t size);
-
 /* Give back what [0, used) holds and leave the device empty or all zero,
  * as a new one would be: a file becomes empty, a block device or an NBD
  * export is zeroed there.  For stores whose contents die with them (the
@@ -179,7 +182,7 @@ extern int device_discard_contents (struct snapfg_device *dev,
  * can_flush if it is false; device_open has set the rest (path,
  * readonly; ops once open succeeds).  Either may explain a failure with
  * device_set_error.  These may be NULL: identity (none), lock (nothing
- * to lock), current_size and truncate (a fixed size), punch (cannot
+ * to lock), current_size (a fixed size), punch (cannot
  * trim), extents (no allocation map: all data), discard_contents (zero
  * what was used).  The I/O entry
  * points have the meaning of the device_* function of the same name;
@@ -219,7 +222,6 @@ struct device_ops {
                uint64_t offset, bool may_trim, bool fast_only);
   int (*extents) (const struct snapfg_device *dev, uint64_t count,
                   uint64_t offset, snapfg_extent_fn fn, void *opaque);
-  int (*truncate) (struct snapfg_device *dev, uint64_t size);
   int (*discard_contents) (struct snapfg_device *dev, uint64_t used);
 };
 
@@ -237,6 +239,11 @@ struct device_ops {
 #define DEVICE_BACKEND_DECLARE_(ops) extern const struct device_ops ops;
 SNAPFG_DEVICE_BACKENDS (DEVICE_BACKEND_DECLARE_)
 #undef DEVICE_BACKEND_DECLARE_
+
+/* device-file.c, for device_adopt_file: set dev up around fd, a
+ * regular file (-EINVAL, fd untouched, if it is not one).
+ */
+extern int device_file_init_fd (struct snapfg_device *dev, int fd);
 
 /* For backends: record why the open in progress fails (printf-style),
  * for device_strerror (r).

@@ -237,8 +237,8 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
  * a batch, the chunks are claimed together (A → B each), consecutive
  * chunks are copied with one origin read and one COW write into a run of
  * consecutive COW chunks, and all of them are committed with one call:
- * one wait for the group commit.  The order of DESIGN.md section 5 holds
- * for the batch as a whole: every chunk's data is written before the
+ * one wait for the group commit.  The order of docs/design.md section 5
+ * holds for the batch as a whole: every chunk's data is written before the
  * commit, and the commit returns only when data and metadata are
  * durable; the origin is changed after that.  A snapshot write is a
  * batch of one chunk with the write merged into its copy.

@@ -56,6 +56,9 @@ struct snapfg_options {
   unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
   bool writeback;                  /* writeback=on */
   uint64_t writeback_max;          /* 0: SNAPFG_DEFAULT_WRITEBACK_MAX */
+  bool origin_moved;               /* origin-moved=true: stores and bitmaps
+                                      bound to another disk of the
+                                      origin's size are rebound to it */
 };
 
 /* writeback-max= default: see nbdkit-snapfg-plugin(1). */

@@ -19,6 +19,7 @@
 #include <sys/un.h>
 
 #include "cleanup.h"
+#include "full-io.h"
 #include "snapfg-backup.h"
 #include "vector.h"
 
@@ -52,8 +53,8 @@ control_call (const char *socket_path, json_t *req, char *err, size_t err_len)
     snprintf (err, err_len, "out of memory");
     return NULL;
   }
-  if (write_all (fd, text, strlen (text)) == -1 ||
-      write_all (fd, "\n", 1) == -1) {
+  if (full_write (fd, text, strlen (text)) < 0 ||
+      full_write (fd, "\n", 1) < 0) {
     snprintf (err, err_len, "writing to %s: %s", socket_path,
               strerror (errno));
     return NULL;

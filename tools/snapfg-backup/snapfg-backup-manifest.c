@@ -25,18 +25,20 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <unistd.h>
-#include <endian.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 
 #include <gnutls/gnutls.h>
 #include <gnutls/crypto.h>
 
+#include "atomic-file.h"
+#include "byte-order.h"
 #include "cleanup.h"
+#include "full-io.h"
 #include "rounding.h"
 #include "snapfg-backup.h"
 
 #define MANIFEST "manifest.json"
-#define MANIFEST_TMP "manifest.json.tmp"
 #define SUMS_MAGIC "SFBSUMS1"
 
 int
@@ -48,7 +50,7 @@ fsync_dir (int dirfd)
 int
 fsync_file (int dirfd, const char *name)
 {
-  int fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  int fd = openat (dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   int r, saved_errno;
 
   if (fd == -1)
@@ -76,71 +78,25 @@ sums_new_zero (uint64_t block, uint64_t size)
   return sums;
 }
 
-int
-write_all (int fd, const void *buf, size_t len)
-{
-  const char *p = buf;
-
-  while (len > 0) {
-    ssize_t n = write (fd, p, len);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    p += n;
-    len -= n;
-  }
-  return 0;
-}
-
-static int
-read_all (int fd, void *buf, size_t len)
-{
-  char *p = buf;
-
-  while (len > 0) {
-    ssize_t n = read (fd, p, len);
-    if (n == -1 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return -1;
-    p += n;
-    len -= n;
-  }
-  return 0;
-}
-
-/* Write NAME.tmp, fsync it, rename it to NAME, fsync the directory. */
+/* Replace dir/name whole (see atomic-file.h).  The directory is locked
+ * by this run, so a NAME.tmp left by a crash is ours to replace.
+ */
 static int
 write_atomically (int dirfd, const char *dir, const char *name,
                   const void *head, size_t head_len,
                   const void *body, size_t body_len,
                   char *err, size_t err_len)
 {
-  char tmp[256];
-  int fd;
+  struct iovec iov[2] = {
+    { .iov_base = (void *) head, .iov_len = head_len },
+    { .iov_base = (void *) body, .iov_len = body_len },
+  };
+  const char *step = "write";
 
-  snprintf (tmp, sizeof tmp, "%s.tmp", name);
-  fd = openat (dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd == -1) {
-    snprintf (err, err_len, "%s/%s: %s", dir, tmp, strerror (errno));
-    return -1;
-  }
-  if (write_all (fd, head, head_len) == -1 ||
-      write_all (fd, body, body_len) == -1 || fsync (fd) == -1) {
-    snprintf (err, err_len, "writing %s/%s: %s", dir, tmp, strerror (errno));
-    close (fd);
-    unlinkat (dirfd, tmp, 0);
-    return -1;
-  }
-  if (close (fd) == -1 || renameat (dirfd, tmp, dirfd, name) == -1) {
-    snprintf (err, err_len, "%s/%s: %s", dir, name, strerror (errno));
-    unlinkat (dirfd, tmp, 0);
-    return -1;
-  }
-  if (fsync_dir (dirfd) == -1) {
-    snprintf (err, err_len, "fsync %s: %s", dir, strerror (errno));
+  if (atomic_file_write (dirfd, name, 0600, ATOMIC_FILE_REPLACE_LEFTOVER,
+                         iov, 2, &step) < 0) {
+    snprintf (err, err_len, "cannot %s %s/%s.tmp: %s", step, dir, name,
+              strerror (errno));
     return -1;
   }
   return 0;
@@ -156,7 +112,7 @@ manifest_read (int dirfd, const char *dir, bool *missing,
   int fd;
 
   *missing = false;
-  fd = openat (dirfd, MANIFEST, O_RDONLY | O_CLOEXEC);
+  fd = openat (dirfd, MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1) {
     if (errno == ENOENT) {
       *missing = true;
@@ -221,12 +177,11 @@ sums_write (int dirfd, const char *name, uint64_t block, uint64_t size,
             const unsigned char *sums, char *err, size_t err_len)
 {
   unsigned char head[32];
-  uint64_t v;
 
   memcpy (head, SUMS_MAGIC, 8);
-  v = htole64 (block); memcpy (head + 8, &v, 8);
-  v = htole64 (size); memcpy (head + 16, &v, 8);
-  v = htole64 (block_count (block, size)); memcpy (head + 24, &v, 8);
+  put_le64 (head + 8, block);
+  put_le64 (head + 16, size);
+  put_le64 (head + 24, block_count (block, size));
   return write_atomically (dirfd, ".", name, head, sizeof head, sums,
                            block_count (block, size) * SHA256_LEN,
                            err, err_len);
@@ -242,27 +197,27 @@ sums_read (int dirfd, const char *name, uint64_t block, uint64_t size,
   CLEANUP_CLOSE int fd = -1;
   struct stat st;
 
-  fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  fd = openat (dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1) {
     snprintf (err, err_len, "%s: %s", name, strerror (errno));
     return NULL;
   }
-  if (fstat (fd, &st) == -1 || read_all (fd, head, sizeof head) == -1 ||
+  if (fstat (fd, &st) == -1 || full_read (fd, head, sizeof head) < 0 ||
       memcmp (head, SUMS_MAGIC, 8) != 0) {
     snprintf (err, err_len, "%s: not a snapfg-backup sums file", name);
     return NULL;
   }
-  memcpy (v, head + 8, sizeof v);
-  if (le64toh (v[0]) != block || le64toh (v[1]) != size ||
-      le64toh (v[2]) != n || (uint64_t) st.st_size != 32 + n * SHA256_LEN) {
+  for (int i = 0; i < 3; ++i)
+    v[i] = get_le64 (head + 8 + 8 * i);
+  if (v[0] != block || v[1] != size || v[2] != n || (uint64_t) st.st_size != 32 + n * SHA256_LEN) {
     snprintf (err, err_len, "%s: made for another disk size or block "
               "(block %" PRIu64 ", size %" PRIu64 "; expected %" PRIu64
-              " and %" PRIu64 ")", name, le64toh (v[0]), le64toh (v[1]),
+              " and %" PRIu64 ")", name, v[0], v[1],
               block, size);
     return NULL;
   }
   sums = malloc (n * SHA256_LEN + 1);
-  if (sums == NULL || read_all (fd, sums, n * SHA256_LEN) == -1) {
+  if (sums == NULL || full_read (fd, sums, n * SHA256_LEN) < 0) {
     snprintf (err, err_len, "%s: %s", name,
               sums ? "short read" : "out of memory");
     return NULL;
@@ -292,4 +247,51 @@ sums_digest (const unsigned char *sums, uint64_t block,
                      (block_count (block, end) - first) * SHA256_LEN);
     }
   gnutls_hash_deinit (h, out);
+}
+
+json_t *
+manifest_run (json_t *manifest, uint64_t seq)
+{
+  json_t *v;
+  size_t i;
+
+  json_array_foreach (json_object_get (manifest, "runs"), i, v)
+    if (json_u64 (v, "seq") == seq)
+      return v;
+  return NULL;
+}
+
+unsigned char *
+run_sums (int dirfd, const char *dir, json_t *run, char *err, size_t err_len)
+{
+  const char *name = json_str (run, "sums");
+  const char *want = json_str (run, "disk_sha256");
+  uint64_t seq = json_u64 (run, "seq");
+  unsigned char *sums, digest[SHA256_LEN];
+  char why[512], hex[65];
+
+  if (name == NULL || want == NULL) {
+    snprintf (err, err_len, "run %" PRIu64 " in %s/%s records no %s: it "
+              "cannot be verified", seq, dir, MANIFEST,
+              name == NULL ? "block sums file (\"sums\")" : "disk_sha256");
+    return NULL;
+  }
+  sums = sums_read (dirfd, name, json_u64 (run, "sum_block"),
+                    json_u64 (run, "size"), why, sizeof why);
+  if (sums == NULL) {
+    snprintf (err, err_len, "run %" PRIu64 " cannot be verified: %s/%s",
+              seq, dir, why);
+    return NULL;
+  }
+  sums_digest (sums, json_u64 (run, "sum_block"), NULL, 0,
+               json_u64 (run, "size"), digest);
+  hex_digest (digest, hex);
+  if (strcmp (hex, want) != 0) {
+    snprintf (err, err_len, "%s/%s does not match run %" PRIu64 "'s "
+              "disk_sha256 in the manifest: the backup directory is damaged",
+              dir, name, seq);
+    free (sums);
+    return NULL;
+  }
+  return sums;
 }

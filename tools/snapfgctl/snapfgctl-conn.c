@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "cleanup.h"
+#include "full-io.h"
 #include "snapfgctl.h"
 
 int
@@ -75,15 +76,9 @@ conn_call (struct conn *cn, json_t *req, char **line)
   }
   len = strlen (text);
   text[len] = '\n';             /* json_dumps's NUL becomes the newline */
-  for (size_t off = 0; off < len + 1; ) {
-    ssize_t n = write (cn->fd, text + off, len + 1 - off);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
-      fprintf (stderr, "snapfgctl: writing to %s: %m\n", cn->path);
-      return NULL;
-    }
-    off += n;
+  if (full_write (cn->fd, text, len + 1) < 0) {
+    fprintf (stderr, "snapfgctl: writing to %s: %m\n", cn->path);
+    return NULL;
   }
 
   while ((nl = cn->buf.len ? memchr (cn->buf.ptr, '\n', cn->buf.len)
