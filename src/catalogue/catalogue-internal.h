@@ -62,7 +62,7 @@ extern int catalogue_load_document (struct catalogue *cat,
  * cat->lock held.
  */
 extern int catalogue_write (struct catalogue *cat, json_t *doc);
-/* Is v a uuid as catalogue_uuid writes them (36 characters, lower-case
+/* Is v a uuid as random_uuid writes them (36 characters, lower-case
  * hex digits and dashes at 8, 13, 18 and 23)?
  */
 extern bool catalogue_is_uuid (json_t *v);

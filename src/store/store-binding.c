@@ -13,8 +13,8 @@
 #include <sys/sysmacros.h>
 
 #include "byte-order.h"
+#include "random-uuid.h"
 #include "store-binding.h"
-#include "catalogue.h"
 #include "snapfg-log.h"
 
 #define BINDING_MAGIC "snapfgBR"
@@ -197,7 +197,7 @@ binding_make (const struct binding_want *want, const struct store_binding *old,
   else if (old && old->present)
     snprintf (b->uuid, sizeof b->uuid, "%s", old->uuid);
   else
-    catalogue_uuid (b->uuid);
+    random_uuid (b->uuid);
   b->created = old && old->present ? old->created : (int64_t) time (NULL);
   b->origin_size = o->size;
   device_identity (o, &id);
