@@ -41,13 +41,18 @@
 #include <getopt.h>
 #include <limits.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "snapfg-backup.h"
 
 /* Each command's synopsis: in --help and in its usage error. */
-#define BACKUP_SYNOPSIS "snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full]"
-#define RESTORE_SYNOPSIS "snapfg-backup restore DIR OUT [--at N] [-O raw|qcow2]"
+#define BACKUP_SYNOPSIS "snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full | --diff] [--compress[=zstd|zlib]] [--encrypt] [--key-file F]"
+#define RESTORE_SYNOPSIS "snapfg-backup restore DIR OUT|- [--at N] [-O raw|qcow2] [--key-file F] [--no-verify]"
+#define VERIFY_SYNOPSIS "snapfg-backup verify DIR [--at N | --all] [--key-file F] [--json]"
+#define LIST_SYNOPSIS "snapfg-backup list DIR [--json]"
+#define PRUNE_SYNOPSIS "snapfg-backup [-S CONTROL] prune DIR --keep-last N [--key-file F] [--json]"
 
 volatile sig_atomic_t backup_interrupted;
 
@@ -95,17 +100,33 @@ usage (FILE *fp)
   fprintf (fp,
            "usage: " BACKUP_SYNOPSIS "\n"
            "       " RESTORE_SYNOPSIS "\n"
+           "       " VERIFY_SYNOPSIS "\n"
+           "       " LIST_SYNOPSIS "\n"
+           "       " PRUNE_SYNOPSIS "\n"
            "\n"
            "  backup DIR       back up the server's origin into DIR: a full\n"
            "                   qcow2 image the first time, then incremental\n"
            "                   overlays of the ranges changed since the last run\n"
            "  restore DIR OUT  write the disk as it was at run N (default:\n"
-           "                   the latest) to OUT, a new file\n"
+           "                   the latest) to OUT, a new file (-: standard output)\n"
+           "  verify DIR       read run N's chain (default the latest; --all: every\n"
+           "                   run) and check every block against its sums\n"
+           "  list DIR         the runs: type, start, duration, bytes, image size\n"
+           "  prune DIR        keep the last N runs (--keep-last N): older ones are\n"
+           "                   committed into the full image, checkpoints dropped\n"
            "\n"
            "  -S, --socket=CONTROL   the server's control socket (control=)\n"
            "  -u, --uri=NBD_URI      the server, e.g. nbd+unix:///?socket=S,\n"
            "                         nbd://host:port/, nbds://host/?tls-psk-file=F\n"
            "  --full                 a full backup even if DIR has a chain\n"
+           "  --diff                 a differential: all changes since the last full\n"
+           "  --compress[=zstd|zlib] write compressed qcow2 clusters (default zstd)\n"
+           "  --encrypt              a new chain encrypted with LUKS (with --full)\n"
+           "  --key-file=F           the encryption key (F's bytes)\n"
+           "  --no-verify            restore even when the run cannot be verified\n"
+           "  --all                  verify every run\n"
+           "  --keep-last=N          prune: the number of runs to keep\n"
+           "  --json                 verify, list, prune: one JSON document\n"
            "  --cow-dir=DIR          the snapshot's COW store goes here, not in\n"
            "                         the server's state directory\n"
            "  --at=N                 restore run N (see DIR/manifest.json)\n"
@@ -121,8 +142,9 @@ usage (FILE *fp)
 int
 run_command (const char *dir, char *const argv[])
 {
-  pid_t pid;
+  pid_t pid, parent = getpid ();
   int st;
+  bool stopped = false;
 
   fflush (stderr);
   pid = fork ();
@@ -131,7 +153,15 @@ run_command (const char *dir, char *const argv[])
     return -1;
   }
   if (pid == 0) {
-    int fd = open ("/dev/null", O_WRONLY);
+    int fd;
+    /* Its own process group, so that a terminal's ^C reaches the tool,
+     * which stops it (below); and killed if the tool dies first.
+     */
+    setpgid (0, 0);
+    prctl (PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid () != parent)
+      _exit (127);
+    fd = open ("/dev/null", O_WRONLY);
     if (fd >= 0) {
       dup2 (fd, 1);
       close (fd);
@@ -145,11 +175,17 @@ run_command (const char *dir, char *const argv[])
              argv[0]);
     _exit (127);
   }
-  while (waitpid (pid, &st, 0) == -1)
+  while (waitpid (pid, &st, 0) == -1) {
     if (errno != EINTR) {
       backup_error ("waitpid: %m");
+      kill (-pid, SIGKILL);
       return -1;
     }
+    if (backup_interrupted && !stopped) {
+      kill (-pid, SIGTERM);
+      stopped = true;
+    }
+  }
   if (!WIFEXITED (st) || WEXITSTATUS (st) != 0) {
     backup_error ("%s failed (%s %d)", argv[0],
                   WIFEXITED (st) ? "exit status" : "signal",
@@ -173,7 +209,9 @@ wrong_usage (bool wrong, const char *synopsis)
 int
 main (int argc, char *argv[])
 {
-  enum { OPT_FULL = 256, OPT_AT, OPT_COW_DIR };
+  enum { OPT_FULL = 256, OPT_AT, OPT_COW_DIR, OPT_NO_VERIFY, OPT_DIFF,
+         OPT_COMPRESS, OPT_ENCRYPT, OPT_KEY_FILE, OPT_ALL, OPT_KEEP_LAST,
+         OPT_JSON };
   static const struct option long_options[] = {
     { "socket", required_argument, NULL, 'S' },
     { "uri", required_argument, NULL, 'u' },
@@ -181,13 +219,20 @@ main (int argc, char *argv[])
     { "at", required_argument, NULL, OPT_AT },
     { "output-format", required_argument, NULL, 'O' },
     { "cow-dir", required_argument, NULL, OPT_COW_DIR },
+    { "no-verify", no_argument, NULL, OPT_NO_VERIFY },
+    { "diff", no_argument, NULL, OPT_DIFF },
+    { "compress", optional_argument, NULL, OPT_COMPRESS },
+    { "encrypt", no_argument, NULL, OPT_ENCRYPT },
+    { "key-file", required_argument, NULL, OPT_KEY_FILE },
+    { "all", no_argument, NULL, OPT_ALL },
+    { "keep-last", required_argument, NULL, OPT_KEEP_LAST },
+    { "json", no_argument, NULL, OPT_JSON },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
   };
-  struct backup_options o = { .at = -1, .format = NULL };
+  struct backup_options o = { .at = -1, .format = NULL, .keep_last = -1 };
   struct sigaction sa = { .sa_handler = on_signal };
-  char cow_dir[PATH_MAX];
   const char *cmd;
   int c;
 
@@ -199,6 +244,31 @@ main (int argc, char *argv[])
     case 'O': o.format = optarg; break;
     case OPT_FULL: o.full = true; break;
     case OPT_COW_DIR: o.cow_dir = optarg; break;
+    case OPT_NO_VERIFY: o.no_verify = true; break;
+    case OPT_DIFF: o.diff = true; break;
+    case OPT_ENCRYPT: o.encrypt = true; break;
+    case OPT_KEY_FILE: o.key_file = optarg; break;
+    case OPT_ALL: o.all = true; break;
+    case OPT_JSON: o.json = true; break;
+    case OPT_COMPRESS:
+      o.compress = optarg ? optarg : "zstd";
+      if (strcmp (o.compress, "zstd") != 0 && strcmp (o.compress, "zlib") != 0) {
+        fprintf (stderr, "snapfg-backup: --compress=%s: zstd or zlib\n",
+                 o.compress);
+        return EXIT_USAGE;
+      }
+      break;
+    case OPT_KEEP_LAST: {
+      char *end;
+      errno = 0;
+      o.keep_last = strtol (optarg, &end, 10);
+      if (errno || end == optarg || *end || o.keep_last < 1) {
+        fprintf (stderr, "snapfg-backup: --keep-last: not a number of runs "
+                 "(1 or more): %s\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    }
     case OPT_AT: {
       char *end;
       errno = 0;
@@ -227,26 +297,20 @@ main (int argc, char *argv[])
   signal (SIGPIPE, SIG_IGN);
 
   if (strcmp (cmd, "backup") == 0) {
-    if (wrong_usage (argc - optind != 1 || o.at >= 0 || o.format,
-                     BACKUP_SYNOPSIS))
+    if (wrong_usage (argc - optind != 1 || o.at >= 0 || o.format ||
+                     o.no_verify || o.all || o.keep_last >= 0 ||
+                     (o.full && o.diff), BACKUP_SYNOPSIS))
       return EXIT_USAGE;
     if (o.socket == NULL || o.uri == NULL) {
       fprintf (stderr, "snapfg-backup: backup: give the server's control "
                "socket with -S CONTROL and its NBD URI with -u NBD_URI\n");
       return EXIT_USAGE;
     }
-    if (o.cow_dir) {
-      /* The server runs in "/": it needs an absolute path. */
-      if (realpath (o.cow_dir, cow_dir) == NULL) {
-        fprintf (stderr, "snapfg-backup: --cow-dir %s: %m\n", o.cow_dir);
-        return EXIT_USAGE;
-      }
-      o.cow_dir = cow_dir;
-    }
     return cmd_backup (&o, argv[optind]);
   }
   if (strcmp (cmd, "restore") == 0) {
-    if (wrong_usage (argc - optind != 2 || o.full || o.cow_dir,
+    if (wrong_usage (argc - optind != 2 || o.full || o.cow_dir || o.diff ||
+                     o.compress || o.encrypt || o.all || o.keep_last >= 0,
                      RESTORE_SYNOPSIS))
       return EXIT_USAGE;
     if (o.format == NULL)
@@ -258,7 +322,23 @@ main (int argc, char *argv[])
     }
     return cmd_restore (&o, argv[optind], argv[optind + 1]);
   }
-  fprintf (stderr, "snapfg-backup: unknown command '%s' (backup or restore; "
+  if (strcmp (cmd, "verify") == 0 || strcmp (cmd, "list") == 0 ||
+      strcmp (cmd, "prune") == 0) {
+    bool verify = cmd[0] == 'v', list = cmd[0] == 'l';
+    if (wrong_usage (argc - optind != 1 || o.full || o.cow_dir || o.diff ||
+                     o.compress || o.encrypt || o.format || o.no_verify ||
+                     (!verify && (o.at >= 0 || o.all)) ||
+                     (verify && o.at >= 0 && o.all) ||
+                     (list && o.key_file) ||
+                     ((cmd[0] == 'p') != (o.keep_last >= 0)),
+                     verify ? VERIFY_SYNOPSIS : list ? LIST_SYNOPSIS
+                     : PRUNE_SYNOPSIS))
+      return EXIT_USAGE;
+    return verify ? cmd_verify (&o, argv[optind])
+         : list ? cmd_list (&o, argv[optind]) : cmd_prune (&o, argv[optind]);
+  }
+  fprintf (stderr, "snapfg-backup: unknown command '%s' (backup, restore, "
+           "verify, list or prune; "
            "see snapfg-backup --help)\n", cmd);
   return EXIT_USAGE;
 }
