@@ -2,9 +2,11 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the catalogue's internals, shared by its source files:
  *
- *   catalogue.c          open, close, the state directory, events
- *   catalogue-file.c     the file: reading and checking it, the locked
- *                        atomic rewrite (commit)
+ *   catalogue.c          open (with its checks), release, close, the state
+ *                        directory, the server's own files
+ *   catalogue-file.c     the file: reading it, the locked atomic
+ *                        rewrite (commit), held changes
+ *   catalogue-check.c    every record checked before a start uses it
  *   catalogue-records.c  the snapshot and checkpoint records
  *
  * Not for anyone else: the rest of snapfg uses catalogue.h.
