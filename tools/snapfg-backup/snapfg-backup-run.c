@@ -58,7 +58,7 @@ server_request (const struct backup_options *o, json_t *req,
   json_t *reply;
   char err[512];
 
-  reply = control_call (o->socket, req, err, sizeof err);
+  reply = control_call (o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("%s %s: %s", what, name, err);
@@ -72,9 +72,10 @@ server_request (const struct backup_options *o, json_t *req,
 static int
 drop_snapshot (const struct backup_options *o, const char *name)
 {
-  if (server_request (o, json_pack ("{s:s, s:s}", "cmd", "drop",
-                                    "name", name),
-                      "dropping snapshot", name) == -1)
+  json_t *req = control_request (CONTROL_DROP);
+
+  control_request_set_string (req, "name", name);
+  if (server_request (o, req, "dropping snapshot", name) == -1)
     return -1;
   if (o->cow_dir) {
     char path[PATH_MAX];
@@ -87,22 +88,23 @@ drop_snapshot (const struct backup_options *o, const char *name)
 static int
 drop_checkpoint (const struct backup_options *o, const char *name)
 {
-  return server_request (o, json_pack ("{s:s, s:s}", "cmd", "checkpoint-drop",
-                                       "name", name),
-                          "warning: dropping checkpoint", name);
+  json_t *req = control_request (CONTROL_CHECKPOINT_DROP);
+
+  control_request_set_string (req, "name", name);
+  return server_request (o, req, "warning: dropping checkpoint", name);
 }
 
 /* Names of the server's snapshots or checkpoints that start with PREFIX. */
 static json_t *
-server_names (const struct backup_options *o, const char *cmd, const char *key,
-              const char *prefix)
+server_names (const struct backup_options *o, enum control_cmd cmd,
+              const char *key, const char *prefix)
 {
-  json_t *req = json_pack ("{s:s}", "cmd", cmd);
+  json_t *req = control_request (cmd);
   json_t *reply, *out = json_array (), *v;
   char err[512];
   size_t i;
 
-  reply = control_call (o->socket, req, err, sizeof err);
+  reply = control_call (o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL)
     return out;
@@ -134,6 +136,7 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
   uint64_t size, block;
   unsigned seq;
   time_t started, finished;
+  double t0;
   int status = EXIT_FAILED;
   char *stop_env;
 
@@ -172,11 +175,12 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
             json_str (manifest, "chain_id"));
 
   /* The origin's size, and snapshots left by interrupted runs. */
-  req = json_pack ("{s:s}", "cmd", "status");
-  reply = control_call (o->socket, req, err, sizeof err);
+  req = control_request (CONTROL_STATUS);
+  reply = control_call (o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("%s", err);
+    status = control_failure_status (o);
     goto out;
   }
   size = json_u64 (json_object_get (reply, "origin"), "size");
@@ -229,14 +233,17 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
    * them now could only matter to an older checkpoint, and keeping them
    * until then keeps "changed since" exact whatever the server does).
    */
-  stale_ckpts = server_names (o, "checkpoint-list", "checkpoints", prefix);
+  stale_ckpts = server_names (o, CONTROL_CHECKPOINT_LIST, "checkpoints",
+                              prefix);
 
   /* The NBD server must be reachable (address, TLS) before anything is
    * changed on it.
    */
-  src[0] = connect_server (o->uri, !incremental);
-  if (src[0] == NULL)
+  src[0] = connect_server (o->session->data_uri, !incremental);
+  if (src[0] == NULL) {
+    status = EXIT_UNREACHABLE;
     goto out;
+  }
   nsrc = 1;
 
   /* 1. Snapshot and checkpoint at one instant. */
@@ -253,14 +260,17 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
             incremental ? "incr" : "full");
   snprintf (partial, sizeof partial, "%s.partial", image);
   snprintf (sums_name, sizeof sums_name, "%04u.sums", seq);
-  req = json_pack ("{s:s, s:s, s:s}", "cmd", "create", "name", name,
-                   "checkpoint", name);
+  req = control_request (CONTROL_CREATE);
+  control_request_set_string (req, "name", name);
+  control_request_set_string (req, "checkpoint", name);
+  control_request_set_string (req, "checkpoint_owner", o->session->owner);
   if (o->cow_dir) {
     snprintf (cow_path, sizeof cow_path, "%s/%s.cow", o->cow_dir, name);
-    json_object_set_new (req, "cow", json_string (cow_path));
+    control_request_set_string (req, "cow", cow_path);
   }
   started = time (NULL);
-  reply = control_call (o->socket, req, err, sizeof err);
+  t0 = tool_now ();
+  reply = control_call (o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("creating snapshot and checkpoint %s: %s (snapfg-backup "
@@ -272,7 +282,7 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
   snapshot_made = checkpoint_made = true;
 
   /* 2. What to copy. */
-  if (open_export (src[0], o->uri, name) == -1)
+  if (open_export (src[0], o->session->data_uri, name) == -1)
     goto out;
   if ((uint64_t) nbd_get_size (src[0]) != size) {
     backup_error ("export %s: %" PRId64 " bytes, the origin %" PRIu64,
@@ -281,9 +291,10 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
   }
   if (incremental) {
     json_t *a;
-    req = json_pack ("{s:s, s:s, s:s}", "cmd", "changed", "since", since,
-                     "name", name);
-    reply = control_call (o->socket, req, err, sizeof err);
+    req = control_request (CONTROL_CHANGED);
+    control_request_set_string (req, "since", since);
+    control_request_set_string (req, "name", name);
+    reply = control_call (o, req, err, sizeof err);
     json_decref (req);
     if (reply == NULL) {
       backup_error ("an incremental backup since checkpoint %s is "
@@ -310,7 +321,7 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
   /* More connections when the server says they see the same data. */
   if (nbd_can_multi_conn (src[0]) == 1)
     while (nsrc < MAX_SOURCES) {
-      src[nsrc] = connect_export (o->uri, name);
+      src[nsrc] = connect_export (o->session->data_uri, name);
       if (src[nsrc] == NULL)
         break;
       nsrc++;
@@ -440,9 +451,7 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
                          json_str (last, "checkpoint")) != 0)
       drop_checkpoint (o, json_string_value (v));
 
-  backup_info ("run %u: %s backup %s/%s, %" PRIu64 " bytes copied, %"
-               PRIu64 " zeroed", seq, incremental ? "incremental" : "full",
-               dir_path, image, job.bytes_written, job.bytes_zeroed);
+  backup_report_run (run, dir_path, tool_now () - t0);
 
  out:
   if (dst)

@@ -41,47 +41,15 @@
 #include <getopt.h>
 #include <limits.h>
 #include <unistd.h>
-#include <sys/wait.h>
 
 #include "snapfg-backup.h"
 
 /* Each command's synopsis: in --help and in its usage error. */
 #define BACKUP_SYNOPSIS "snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full]"
+#define REMOTE_SYNOPSIS "snapfg-backup -H [USER@]HOST[:PORT] -S CONTROL -u NBD_URI backup DIR [--full]"
 #define RESTORE_SYNOPSIS "snapfg-backup restore DIR OUT [--at N] [-O raw|qcow2]"
 
 volatile sig_atomic_t backup_interrupted;
-
-/* Errors and information look the same (both on stderr, so that
- * stdout stays free); two names keep the callers' intent readable.
- */
-static void
-backup_vmessage (const char *fmt, va_list ap)
-{
-  copy_end_progress_line ();
-  fputs ("snapfg-backup: ", stderr);
-  vfprintf (stderr, fmt, ap);
-  fputc ('\n', stderr);
-}
-
-void
-backup_error (const char *fmt, ...)
-{
-  va_list ap;
-
-  va_start (ap, fmt);
-  backup_vmessage (fmt, ap);
-  va_end (ap);
-}
-
-void
-backup_info (const char *fmt, ...)
-{
-  va_list ap;
-
-  va_start (ap, fmt);
-  backup_vmessage (fmt, ap);
-  va_end (ap);
-}
 
 static void
 on_signal (int sig)
@@ -94,6 +62,7 @@ usage (FILE *fp)
 {
   fprintf (fp,
            "usage: " BACKUP_SYNOPSIS "\n"
+           "       " REMOTE_SYNOPSIS "\n"
            "       " RESTORE_SYNOPSIS "\n"
            "\n"
            "  backup DIR       back up the server's origin into DIR: a full\n"
@@ -105,58 +74,25 @@ usage (FILE *fp)
            "  -S, --socket=CONTROL   the server's control socket (control=)\n"
            "  -u, --uri=NBD_URI      the server, e.g. nbd+unix:///?socket=S,\n"
            "                         nbd://host:port/, nbds://host/?tls-psk-file=F\n"
+           "  -H, --host=[USER@]HOST[:PORT]  run from a backup host: the control\n"
+           "                         requests and the data over one ssh connection\n"
+           "                         (-S and -u as HOST sees them)\n"
+           "  --ssh-option=OPT       give ssh -o OPT (repeatable)\n"
+           "  --remote-snapfgctl=PATH  snapfgctl on HOST (default: snapfgctl)\n"
            "  --full                 a full backup even if DIR has a chain\n"
            "  --cow-dir=DIR          the snapshot's COW store goes here, not in\n"
            "                         the server's state directory\n"
            "  --at=N                 restore run N (see DIR/manifest.json)\n"
            "  -O, --output-format=raw|qcow2   restore's format (default raw)\n"
+           "  --json                 print one JSON object on stdout\n"
+           "  --progress=auto|always|never  progress (auto: on a terminal)\n"
+           "  --timeout=SECONDS      wait this long for each control reply\n"
+           "                         (default %d)\n"
            "  -h, --help, -V, --version\n"
            "\n"
            "Exit status: 0 done, 1 failed, 2 usage error, 3 an incremental\n"
-           "is impossible (run with --full).\n");
-}
-
-/* --- running qemu-img --- */
-
-int
-run_command (const char *dir, char *const argv[])
-{
-  pid_t pid;
-  int st;
-
-  fflush (stderr);
-  pid = fork ();
-  if (pid == -1) {
-    backup_error ("fork: %m");
-    return -1;
-  }
-  if (pid == 0) {
-    int fd = open ("/dev/null", O_WRONLY);
-    if (fd >= 0) {
-      dup2 (fd, 1);
-      close (fd);
-    }
-    if (dir && chdir (dir) == -1) {
-      fprintf (stderr, "snapfg-backup: %s: %m\n", dir);
-      _exit (127);
-    }
-    execvp (argv[0], argv);
-    fprintf (stderr, "snapfg-backup: cannot run %s: %m (install qemu-utils)\n",
-             argv[0]);
-    _exit (127);
-  }
-  while (waitpid (pid, &st, 0) == -1)
-    if (errno != EINTR) {
-      backup_error ("waitpid: %m");
-      return -1;
-    }
-  if (!WIFEXITED (st) || WEXITSTATUS (st) != 0) {
-    backup_error ("%s failed (%s %d)", argv[0],
-                  WIFEXITED (st) ? "exit status" : "signal",
-                  WIFEXITED (st) ? WEXITSTATUS (st) : WTERMSIG (st));
-    return -1;
-  }
-  return 0;
+           "is impossible (run with --full), 4 the server cannot be reached,\n"
+           "5 the server did not reply in time.\n", TOOL_DEFAULT_TIMEOUT);
 }
 
 /* A command given the wrong number of operands, or an option that is
@@ -173,7 +109,8 @@ wrong_usage (bool wrong, const char *synopsis)
 int
 main (int argc, char *argv[])
 {
-  enum { OPT_FULL = 256, OPT_AT, OPT_COW_DIR };
+  enum { OPT_FULL = 256, OPT_AT, OPT_COW_DIR, OPT_SSH_OPTION,
+         OPT_REMOTE_SNAPFGCTL, OPT_JSON, OPT_PROGRESS, OPT_TIMEOUT };
   static const struct option long_options[] = {
     { "socket", required_argument, NULL, 'S' },
     { "uri", required_argument, NULL, 'u' },
@@ -181,17 +118,31 @@ main (int argc, char *argv[])
     { "at", required_argument, NULL, OPT_AT },
     { "output-format", required_argument, NULL, 'O' },
     { "cow-dir", required_argument, NULL, OPT_COW_DIR },
+    { "host", required_argument, NULL, 'H' },
+    { "ssh-option", required_argument, NULL, OPT_SSH_OPTION },
+    { "remote-snapfgctl", required_argument, NULL, OPT_REMOTE_SNAPFGCTL },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "progress", required_argument, NULL, OPT_PROGRESS },
+    { "timeout", required_argument, NULL, OPT_TIMEOUT },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
   };
-  struct backup_options o = { .at = -1, .format = NULL };
+  struct backup_options o = { .at = -1, .format = NULL,
+                              .remote_snapfgctl = "snapfgctl",
+                              .timeout = TOOL_DEFAULT_TIMEOUT };
   struct sigaction sa = { .sa_handler = on_signal };
   char cow_dir[PATH_MAX];
   const char *cmd;
-  int c;
+  int c, status;
 
-  while ((c = getopt_long (argc, argv, "S:u:O:hV", long_options, NULL))
+  tool_out.prog = "snapfg-backup";
+  o.ssh_options = calloc (argc + 1, sizeof *o.ssh_options);
+  if (o.ssh_options == NULL) {
+    perror ("snapfg-backup");
+    return EXIT_FAILED;
+  }
+  while ((c = getopt_long (argc, argv, "S:u:O:H:hV", long_options, NULL))
          != -1) {
     switch (c) {
     case 'S': o.socket = optarg; break;
@@ -199,6 +150,30 @@ main (int argc, char *argv[])
     case 'O': o.format = optarg; break;
     case OPT_FULL: o.full = true; break;
     case OPT_COW_DIR: o.cow_dir = optarg; break;
+    case 'H': o.host = optarg; break;
+    case OPT_SSH_OPTION: o.ssh_options[o.nssh_options++] = optarg; break;
+    case OPT_REMOTE_SNAPFGCTL: o.remote_snapfgctl = optarg; break;
+    case OPT_JSON: tool_out.json = true; break;
+    case OPT_PROGRESS:
+      if (tool_parse_progress (optarg, &tool_out.progress) == -1) {
+        fprintf (stderr, "snapfg-backup: --progress=%s: auto, always or "
+                 "never\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case OPT_TIMEOUT: {
+      char *end;
+      long v;
+      errno = 0;
+      v = strtol (optarg, &end, 10);
+      if (errno || end == optarg || *end || v < 1 || v > 86400) {
+        fprintf (stderr, "snapfg-backup: --timeout: not a number of seconds "
+                 "(1 to 86400): %s\n", optarg);
+        return EXIT_USAGE;
+      }
+      o.timeout = v;
+      break;
+    }
     case OPT_AT: {
       char *end;
       errno = 0;
@@ -230,6 +205,20 @@ main (int argc, char *argv[])
     if (wrong_usage (argc - optind != 1 || o.at >= 0 || o.format,
                      BACKUP_SYNOPSIS))
       return EXIT_USAGE;
+    if (o.host && o.cow_dir) {
+      /* Its stores are files of the server's machine: this one cannot
+       * remove them after a run.
+       */
+      fprintf (stderr, "snapfg-backup: --cow-dir is for a backup on the "
+               "server's machine, not with -H\n");
+      return EXIT_USAGE;
+    }
+    if (o.host == NULL && (o.nssh_options ||
+                           strcmp (o.remote_snapfgctl, "snapfgctl") != 0)) {
+      fprintf (stderr, "snapfg-backup: --ssh-option and --remote-snapfgctl "
+               "need -H HOST\n");
+      return EXIT_USAGE;
+    }
     if (o.socket == NULL || o.uri == NULL) {
       fprintf (stderr, "snapfg-backup: backup: give the server's control "
                "socket with -S CONTROL and its NBD URI with -u NBD_URI\n");
@@ -243,10 +232,14 @@ main (int argc, char *argv[])
       }
       o.cow_dir = cow_dir;
     }
-    return cmd_backup (&o, argv[optind]);
+    status = session_open (&o, argv[optind]);
+    if (status == EXIT_OK)
+      status = cmd_backup (&o, argv[optind]);
+    session_close (&o);
+    goto out;
   }
   if (strcmp (cmd, "restore") == 0) {
-    if (wrong_usage (argc - optind != 2 || o.full || o.cow_dir,
+    if (wrong_usage (argc - optind != 2 || o.full || o.cow_dir || o.host,
                      RESTORE_SYNOPSIS))
       return EXIT_USAGE;
     if (o.format == NULL)
@@ -256,9 +249,19 @@ main (int argc, char *argv[])
                "qcow2\n", o.format);
       return EXIT_USAGE;
     }
-    return cmd_restore (&o, argv[optind], argv[optind + 1]);
+    status = cmd_restore (&o, argv[optind], argv[optind + 1]);
+    goto out;
   }
   fprintf (stderr, "snapfg-backup: unknown command '%s' (backup or restore; "
            "see snapfg-backup --help)\n", cmd);
   return EXIT_USAGE;
+
+ out:
+  /* With --json, stdout always has one object: the command's own, or
+   * this one.
+   */
+  if (tool_out.json && !tool_out.result_printed)
+    tool_json_result (json_pack ("{s:s}", "command", cmd), status);
+  free (o.ssh_options);
+  return status;
 }
