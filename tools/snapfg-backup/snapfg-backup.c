@@ -3,6 +3,7 @@
 /* snapfg-backup: full and incremental backups of a snapfg origin.
  *
  *   snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full]
+ *   snapfg-backup -H [USER@]HOST[:PORT] -S CONTROL -u NBD_URI backup DIR
  *   snapfg-backup restore DIR OUT [--at N] [-O raw|qcow2]
  *
  * A run takes a snapshot and a new checkpoint at one instant (control
@@ -25,9 +26,9 @@
  * run removes it (files, snapshots and checkpoints carrying this
  * directory's chain id).
  *
- * This file holds the command line, the messages and the running of
- * qemu-img; the commands themselves are in snapfg-backup-run.c (backup)
- * and snapfg-backup-restore.c (restore); snapfg-backup.h lists the rest.
+ * This file holds only the command line (main); the commands are in
+ * snapfg-backup-run.c (backup) and snapfg-backup-restore.c (restore),
+ * which never call back into this file; snapfg-backup.h lists the rest.
  */
 
 #include <config.h>
