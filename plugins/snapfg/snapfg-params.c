@@ -218,6 +218,17 @@ params_config (const char *key, const char *value)
     params.cbt_granularity_given = true;
     return 0;
   }
+  if (strcmp (key, "origin-moved") == 0) {
+    /* Said once, after the origin really moved: the stores and bitmaps
+     * are rebound, so later starts need not say it again.
+     */
+    int b = nbdkit_parse_bool (value);
+
+    if (b == -1)
+      return -1;
+    params.origin_moved = b;
+    return 0;
+  }
   if (strcmp (key, "max-snapshots") == 0) {
     if (nbdkit_parse_unsigned (key, value, &params.max_snapshots) == -1)
       return -1;

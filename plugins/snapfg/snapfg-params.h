@@ -36,6 +36,7 @@ struct plugin_params {
   char *state_path;
   int64_t cbt_granularity;
   bool cbt_granularity_given;
+  bool origin_moved;            /* origin-moved=true */
 };
 
 /* The parameters as given so far (the defaults until then). */
@@ -64,6 +65,8 @@ extern void params_free (void);
   "state=<FILE>          The origin's catalogue: snapshots and checkpoints\n" \
   "                      survive restarts.\n" \
   "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
-  "                      (default 64K)."
+  "                      (default 64K).\n" \
+  "origin-moved=true     The origin was moved or restored: accept stores and\n" \
+  "                      bitmaps bound to another disk of the same size."
 
 #endif

@@ -119,6 +119,7 @@ plugin_config_complete (void)
     .durability = params.durability,
     .block_size = params.block_size,
     .max_snapshots = params.max_snapshots,
+    .origin_moved = params.origin_moved,
   };
   const char *problem;
 

@@ -34,10 +34,12 @@
 
 #include <jansson.h>
 
+#include "atomic-file.h"
 #include "cleanup.h"
 #include "catalogue.h"
 #include "catalogue-internal.h"
 #include "file-lock.h"
+#include "full-io.h"
 #include "snapfg-log.h"
 
 #define CATALOGUE_FORMAT "snapfg-catalogue"
@@ -126,32 +128,6 @@ check_document (json_t *root, char *buf, size_t len)
 
 /* --- writing --- */
 
-static int
-sync_directory (const char *dir)
-{
-  CLEANUP_CLOSE int fd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-  if (fd == -1 || fsync (fd) == -1)
-    return -errno;
-  return 0;
-}
-
-static int
-write_all (int fd, const char *p, size_t n)
-{
-  while (n > 0) {
-    ssize_t w = write (fd, p, n);
-    if (w == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += w;
-    n -= w;
-  }
-  return 0;
-}
-
 /* Write doc as the new catalogue, atomically; on success the new file's
  * locked descriptor replaces cat->fd.  Called with cat->lock held.
  */
@@ -160,49 +136,54 @@ write_document (struct catalogue *cat, json_t *doc)
 {
   CLEANUP_FREE char *text = json_dumps (doc, JSON_INDENT (2) |
                                        JSON_PRESERVE_ORDER);
-  const char *what = "write";
-  int fd, r;
+  CLEANUP_CLOSE int dirfd = -1;
+  struct atomic_file af = { .fd = -1 };
+  const char *what = "open the directory of";
+  int r;
 
   if (text == NULL) {
     snapfg_error ("state=%s: cannot encode the catalogue (out of memory)",
                   cat->path);
     return -ENOMEM;
   }
-  /* A FILE.tmp left by a crash is ours (we hold FILE's lock): replace it. */
-  unlink (cat->tmp_path);
-  fd = open (cat->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd == -1) {
+  dirfd = open (cat->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd == -1) {
     r = -errno;
-    what = "create";
     goto fail;
   }
-  r = write_all (fd, text, strlen (text));
-  if (r == 0)
-    r = write_all (fd, "\n", 1);
-  if (r == 0 && fsync (fd) == -1)
-    r = -errno, what = "sync";
+  /* A FILE.tmp left by a crash is ours (we hold FILE's lock): replace it. */
+  r = atomic_file_begin (&af, dirfd, cat->base_name, 0600,
+                         ATOMIC_FILE_REPLACE_LEFTOVER);
+  what = "create";
   if (r == 0) {
-    r = file_lock (fd, true);
+    r = full_write (af.fd, text, strlen (text));
+    what = "write";
+  }
+  if (r == 0)
+    r = full_write (af.fd, "\n", 1);
+  /* Lock the new inode before it becomes FILE: FILE is locked at every
+   * instant.
+   */
+  if (r == 0) {
+    r = file_lock (af.fd, true);
     what = "lock";
   }
-  if (r == 0 && rename (cat->tmp_path, cat->path) == -1)
-    r = -errno, what = "rename";
-  if (r == 0) {
-    r = sync_directory (cat->dir_path);
-    what = "sync the directory of";
+  if (r == 0)
+    r = atomic_file_commit (&af, &what);
+  if (af.renamed) {
     if (r < 0) {
       /* The rename happened: the new file is the catalogue now, and it
-       * is locked through fd.  Only its durability is in doubt.
+       * is locked through af.fd.  Only its durability is in doubt.
        */
       snapfg_error ("state=%s: cannot sync the directory %s: %s",
                     cat->path, cat->dir_path, strerror (-r));
     }
     close (cat->fd);
-    cat->fd = fd;
+    cat->fd = af.fd;
+    af.fd = -1;
     return r;
   }
-  close (fd);
-  unlink (cat->tmp_path);
+  atomic_file_end (&af);
  fail:
   snapfg_error ("state=%s: cannot %s %s: %s (the catalogue is unchanged)",
                 cat->path, what, cat->tmp_path, strerror (-r));
@@ -248,7 +229,8 @@ read_file (int fd, char **textp, size_t *lenp)
 {
   struct stat st;
   char *text;
-  size_t len = 0;
+  size_t len;
+  int r;
 
   if (fstat (fd, &st) == -1)
     return -errno;
@@ -259,16 +241,11 @@ read_file (int fd, char **textp, size_t *lenp)
   text = malloc (st.st_size + 1);
   if (text == NULL)
     return -ENOMEM;
-  while (len < (size_t) st.st_size) {
-    ssize_t n = pread (fd, text + len, st.st_size - len, len);
-    if (n == -1 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      int e = n == 0 ? EIO : errno;
-      free (text);
-      return -e;
-    }
-    len += n;
+  len = st.st_size;
+  r = full_pread (fd, text, len, 0);
+  if (r < 0) {
+    free (text);
+    return r == -ENODATA ? -EIO : r;    /* shrank under us */
   }
   text[len] = '\0';
   *textp = text;

@@ -22,6 +22,7 @@
 struct catalogue {
   pthread_mutex_t lock;
   char *path;
+  const char *base_name;           /* FILE's last component, in path */
   char *tmp_path;
   char *dir_path;                  /* the directory holding FILE */
   char *state_dir;                 /* FILE.d */

@@ -300,23 +300,6 @@ checkpoint_record (const struct catalogue_checkpoint *c)
 }
 
 int
-catalogue_checkpoint_put (struct catalogue *cat,
-                          const struct catalogue_checkpoint *c)
-{
-  json_t *rec = checkpoint_record (c);
-
-  if (rec == NULL)
-    return -ENOMEM;
-  return put_named (cat, "checkpoints", c->name, rec, NULL, NULL);
-}
-
-int
-catalogue_checkpoint_remove (struct catalogue *cat, const char *name)
-{
-  return remove_named (cat, "checkpoints", name, NULL, NULL);
-}
-
-int
 catalogue_checkpoints_set (struct catalogue *cat,
                            const struct catalogue_checkpoint *list, size_t n)
 {

@@ -86,6 +86,8 @@ catalogue_open (const char *path, const struct catalogue_origin *origin,
     r = -ENOMEM;
     goto err;
   }
+  cat->base_name = strrchr (cat->path, '/') ? strrchr (cat->path, '/') + 1
+    : cat->path;
 
   r = catalogue_open_locked (cat, &created);
   if (r < 0)
@@ -176,18 +178,4 @@ catalogue_state_file (struct catalogue *cat, const char *name,
     return NULL;
   }
   return path;
-}
-
-/* --- history --- */
-
-int
-catalogue_event (struct catalogue *cat, const char *event, const char *name,
-                 const char *detail)
-{
-  json_t *doc;
-
-  SCOPED_MUTEX_LOCK (&cat->lock);
-  doc = json_deep_copy (cat->root);
-  catalogue_append_event (doc, event, name, detail);
-  return catalogue_commit (cat, doc);
 }

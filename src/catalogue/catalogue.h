@@ -133,12 +133,6 @@ extern int catalogue_checkpoints (struct catalogue *cat,
                                   size_t *n);
 extern void catalogue_checkpoints_free (struct catalogue_checkpoint *list,
                                         size_t n);
-/* Add, or replace the one of the same name. */
-extern int catalogue_checkpoint_put (struct catalogue *cat,
-                                     const struct catalogue_checkpoint *c);
-/* -ENOENT if not recorded. */
-extern int catalogue_checkpoint_remove (struct catalogue *cat,
-                                        const char *name);
 /* Replace the whole list in one atomic rewrite (e.g. freeze the active
  * checkpoint and add the next one together).
  */
@@ -148,11 +142,5 @@ extern int catalogue_checkpoints_set (struct catalogue *cat,
 
 /* A new random (version 4) uuid, as the catalogue and bindings use. */
 extern void catalogue_uuid (char out[37]);
-
-/* --- history --- */
-
-/* Append an event (kept to the last few hundred) and rewrite. */
-extern int catalogue_event (struct catalogue *cat, const char *event,
-                            const char *name, const char *detail);
 
 #endif

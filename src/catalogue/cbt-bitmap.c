@@ -10,13 +10,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <time.h>
 #include <unistd.h>
-#include <endian.h>
 #include <sys/stat.h>
 
+#include "byte-order.h"
 #include "cbt-bitmap.h"
+#include "file-create.h"
+#include "full-io.h"
 #include "rounding.h"
 #include "snapfg-log.h"
 
@@ -82,74 +83,31 @@ cbt_boot_id (char id[CBT_BOOT_ID_LEN])
 
 /* --- the header --- */
 
-struct cbt_header {
-  char magic[8];
-  uint32_t version, header_size, granularity, flags;
-  uint64_t origin_size, granules;
-  char boot_id[CBT_BOOT_ID_LEN];
-  uint64_t created;
-} __attribute__ ((packed));
+/* Offsets in the header (little endian; the rest of it is zero). */
+#define HDR_MAGIC 0                    /* CBT_MAGIC, 8 bytes */
+#define HDR_VERSION 8                  /* le32 */
+#define HDR_HEADER_SIZE 12             /* le32 */
+#define HDR_GRANULARITY 16             /* le32 */
+#define HDR_FLAGS 20                   /* le32 */
+#define HDR_ORIGIN_SIZE 24             /* le64 */
+#define HDR_GRANULES 32                /* le64 */
+#define HDR_BOOT_ID 40                 /* CBT_BOOT_ID_LEN bytes */
+#define HDR_CREATED (HDR_BOOT_ID + CBT_BOOT_ID_LEN) /* le64 */
 
 static void
 encode_header (const struct cbt_bitmap *bm, uint32_t flags,
                unsigned char buf[CBT_HEADER_SIZE])
 {
-  struct cbt_header h;
-
   memset (buf, 0, CBT_HEADER_SIZE);
-  memset (&h, 0, sizeof h);
-  memcpy (h.magic, CBT_MAGIC, 8);
-  h.version = htole32 (CBT_VERSION);
-  h.header_size = htole32 (CBT_HEADER_SIZE);
-  h.granularity = htole32 (bm->granularity);
-  h.flags = htole32 (flags);
-  h.origin_size = htole64 (bm->origin_size);
-  h.granules = htole64 (bm->granules);
-  memcpy (h.boot_id, bm->boot_id, CBT_BOOT_ID_LEN);
-  h.created = htole64 (bm->created);
-  memcpy (buf, &h, sizeof h);
-}
-
-static int
-pwrite_all (int fd, const void *buf, size_t count, uint64_t offset)
-{
-  const char *p = buf;
-
-  while (count > 0) {
-    ssize_t n = pwrite (fd, p, count, offset);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    if (n == 0)
-      return -EIO;
-    p += n;
-    count -= n;
-    offset += n;
-  }
-  return 0;
-}
-
-static int
-pread_all (int fd, void *buf, size_t count, uint64_t offset)
-{
-  char *p = buf;
-
-  while (count > 0) {
-    ssize_t n = pread (fd, p, count, offset);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    if (n == 0)
-      return -ENODATA;          /* short file */
-    p += n;
-    count -= n;
-    offset += n;
-  }
-  return 0;
+  memcpy (buf + HDR_MAGIC, CBT_MAGIC, 8);
+  put_le32 (buf + HDR_VERSION, CBT_VERSION);
+  put_le32 (buf + HDR_HEADER_SIZE, CBT_HEADER_SIZE);
+  put_le32 (buf + HDR_GRANULARITY, bm->granularity);
+  put_le32 (buf + HDR_FLAGS, flags);
+  put_le64 (buf + HDR_ORIGIN_SIZE, bm->origin_size);
+  put_le64 (buf + HDR_GRANULES, bm->granules);
+  memcpy (buf + HDR_BOOT_ID, bm->boot_id, CBT_BOOT_ID_LEN);
+  put_le64 (buf + HDR_CREATED, bm->created);
 }
 
 /* Write the header with these flags and sync it (the caller holds
@@ -164,7 +122,7 @@ write_header (struct cbt_bitmap *bm, uint32_t flags)
   if (bm->fd < 0)
     return 0;
   encode_header (bm, flags, buf);
-  r = pwrite_all (bm->fd, buf, sizeof buf, 0);
+  r = full_pwrite (bm->fd, buf, sizeof buf, 0);
   if (r == 0 && fdatasync (bm->fd) == -1)
     r = -errno;
   return r;
@@ -208,23 +166,6 @@ bitmap_free (struct cbt_bitmap *bm)
   free ((void *) bm->words);
   free (bm->path);
   free (bm);
-}
-
-static int
-sync_directory_of (const char *path)
-{
-  char *copy = strdup (path);
-  int fd, r = 0;
-
-  if (copy == NULL)
-    return -ENOMEM;
-  fd = open (dirname (copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd == -1 || fsync (fd) == -1)
-    r = -errno;
-  if (fd >= 0)
-    close (fd);
-  free (copy);
-  return r;
 }
 
 int
@@ -283,7 +224,6 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
                  struct cbt_bitmap **bmp, char *why, size_t why_len)
 {
   unsigned char buf[CBT_HEADER_SIZE];
-  struct cbt_header h;
   struct cbt_bitmap *bm;
   uint32_t granularity, flags;
   uint64_t *raw;
@@ -303,29 +243,28 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     close (fd);
     return -EINVAL;
   }
-  r = pread_all (fd, buf, sizeof buf, 0);
+  r = full_pread (fd, buf, sizeof buf, 0);
   if (r < 0) {
     snprintf (why, why_len, r == -ENODATA ? "too short for a checkpoint "
               "bitmap header" : "cannot read: %s", strerror (-r));
     close (fd);
     return r == -ENODATA ? -EINVAL : r;
   }
-  memcpy (&h, buf, sizeof h);
-  if (memcmp (h.magic, CBT_MAGIC, 8) != 0) {
+  if (memcmp (buf + HDR_MAGIC, CBT_MAGIC, 8) != 0) {
     snprintf (why, why_len, "not a snapfg checkpoint bitmap (no %s magic)",
               CBT_MAGIC);
     close (fd);
     return -EINVAL;
   }
-  if (le32toh (h.version) != CBT_VERSION ||
-      le32toh (h.header_size) != CBT_HEADER_SIZE) {
+  if (get_le32 (buf + HDR_VERSION) != CBT_VERSION ||
+      get_le32 (buf + HDR_HEADER_SIZE) != CBT_HEADER_SIZE) {
     snprintf (why, why_len, "unsupported checkpoint bitmap version %" PRIu32
-              " (this snapfg reads version %d)", le32toh (h.version),
+              " (this snapfg reads version %d)", get_le32 (buf + HDR_VERSION),
               CBT_VERSION);
     close (fd);
     return -EINVAL;
   }
-  granularity = le32toh (h.granularity);
+  granularity = get_le32 (buf + HDR_GRANULARITY);
   if (granularity < 512 || granularity > CBT_MAX_GRANULARITY ||
       !is_power_of_two (granularity)) {
     snprintf (why, why_len, "corrupt header: granularity %" PRIu32,
@@ -333,9 +272,10 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     close (fd);
     return -EINVAL;
   }
-  if (le64toh (h.origin_size) != origin_size) {
+  if (get_le64 (buf + HDR_ORIGIN_SIZE) != origin_size) {
     snprintf (why, why_len, "made for an origin of %" PRIu64 " bytes, but "
-              "the origin has %" PRIu64 " bytes", le64toh (h.origin_size),
+              "the origin has %" PRIu64 " bytes",
+              get_le64 (buf + HDR_ORIGIN_SIZE),
               origin_size);
     close (fd);
     return -EINVAL;
@@ -346,11 +286,11 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     return -ENOMEM;
   }
   bm->fd = fd;
-  bm->created = le64toh (h.created);
-  if (le64toh (h.granules) != bm->granules ||
+  bm->created = get_le64 (buf + HDR_CREATED);
+  if (get_le64 (buf + HDR_GRANULES) != bm->granules ||
       (uint64_t) st.st_size < CBT_HEADER_SIZE + bm->nwords * 8) {
     snprintf (why, why_len, "corrupt header or truncated file (%" PRIu64
-              " granules, %" PRIu64 " bytes)", le64toh (h.granules),
+              " granules, %" PRIu64 " bytes)", get_le64 (buf + HDR_GRANULES),
               (uint64_t) st.st_size);
     bitmap_free (bm);
     return -EINVAL;
@@ -360,7 +300,7 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     bitmap_free (bm);
     return -ENOMEM;
   }
-  r = pread_all (fd, raw, bm->nwords * 8, CBT_HEADER_SIZE);
+  r = full_pread (fd, raw, bm->nwords * 8, CBT_HEADER_SIZE);
   if (r < 0) {
     snprintf (why, why_len, "cannot read the bits: %s", strerror (-r));
     free (raw);
@@ -368,11 +308,11 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
     return r;
   }
   for (uint64_t w = 0; w < bm->nwords; ++w)
-    atomic_init (&bm->words[w], le64toh (raw[w]));
+    atomic_init (&bm->words[w], get_le64 (&raw[w]));
   free (raw);
 
-  flags = le32toh (h.flags);
-  memcpy (boot_id, h.boot_id, CBT_BOOT_ID_LEN);
+  flags = get_le32 (buf + HDR_FLAGS);
+  memcpy (boot_id, buf + HDR_BOOT_ID, CBT_BOOT_ID_LEN);
   boot_id[CBT_BOOT_ID_LEN - 1] = '\0';
   if (flags & CBT_FLAG_INCONSISTENT) {
     snprintf (why, why_len, "flagged inconsistent (a bitmap write failed "
@@ -517,9 +457,9 @@ cbt_bitmap_mark_slow (struct cbt_bitmap *bm, uint64_t first, uint64_t last)
       uint64_t le[WORDS_PER_WRITE];
 
       for (uint64_t i = 0; i < n; ++i)
-        le[i] = htole64 (buf[i]);
+        put_le64 (&le[i], buf[i]);
       r = test_write_error () ? -EIO
-        : pwrite_all (bm->fd, le, n * 8, CBT_HEADER_SIZE + w0 * 8);
+        : full_pwrite (bm->fd, le, n * 8, CBT_HEADER_SIZE + w0 * 8);
       if (r < 0)
         break;
       atomic_fetch_add (&bm->written_gen, 1);
@@ -583,8 +523,8 @@ cbt_bitmap_or (struct cbt_bitmap *dst, const struct cbt_bitmap *src)
       r = -ENOMEM;
     else {
       for (uint64_t w = 0; w < dst->nwords; ++w)
-        le[w] = htole64 (raw[w]);
-      r = pwrite_all (dst->fd, le, dst->nwords * 8, CBT_HEADER_SIZE);
+        put_le64 (&le[w], raw[w]);
+      r = full_pwrite (dst->fd, le, dst->nwords * 8, CBT_HEADER_SIZE);
       if (r == 0 && fdatasync (dst->fd) == -1)
         r = -errno;
       free (le);

@@ -44,12 +44,10 @@ extern int control_parse_request (const char *line, size_t len,
                                   char *err, size_t err_len);
 extern void control_request_free (struct control_request *req);
 
-/* A checked request's arguments (absent: NULL, 0, false). */
+/* A checked request's arguments (absent: NULL, 0). */
 extern const char *control_arg_string (const struct control_request *req,
                                        const char *key);
 extern uint64_t control_arg_size (const struct control_request *req,
                                   const char *key);
-extern bool control_arg_bool (const struct control_request *req,
-                              const char *key);
 
 #endif

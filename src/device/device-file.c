@@ -522,7 +522,6 @@ const struct device_ops device_file_ops = {
   .punch = file_punch,
   .zero = file_zero,
   .extents = file_extents,
-  .truncate = file_truncate,
   .discard_contents = file_discard_contents,
 };
 
@@ -578,6 +577,5 @@ const struct device_ops device_block_ops = {
   .punch = block_punch,
   .zero = block_zero,
   .extents = NULL,              /* no allocation map: all data */
-  .truncate = NULL,             /* a fixed size */
   .discard_contents = NULL,     /* zeroes what was used */
 };

@@ -592,6 +592,5 @@ const struct device_ops device_nbd_ops = {
   .punch = nbd_dev_punch,
   .zero = nbd_dev_zero,
   .extents = nbd_dev_extents,
-  .truncate = NULL,             /* an export has a fixed size */
   .discard_contents = NULL,     /* zeroes (trims) what was used */
 };

@@ -269,14 +269,6 @@ device_current_size (const struct snapfg_device *dev, uint64_t *size)
 }
 
 int
-device_truncate (struct snapfg_device *dev, uint64_t size)
-{
-  if (dev->ops->truncate == NULL)
-    return -EINVAL;             /* a fixed size */
-  return dev->ops->truncate (dev, size);
-}
-
-int
 device_discard_contents (struct snapfg_device *dev, uint64_t used)
 {
   if (dev->readonly)

@@ -158,9 +158,6 @@ extern int device_is_all_zero (const struct snapfg_device *dev);
 extern int device_current_size (const struct snapfg_device *dev,
                                 uint64_t *size);
 
-/* Set the size of a regular file (-EINVAL for a fixed-size device). */
-extern int device_truncate (struct snapfg_device *dev, uint64_t size);
-
 /* Give back what [0, used) holds and leave the device empty or all zero,
  * as a new one would be: a file becomes empty, a block device or an NBD
  * export is zeroed there.  For stores whose contents die with them (the
@@ -179,7 +176,7 @@ extern int device_discard_contents (struct snapfg_device *dev,
  * can_flush if it is false; device_open has set the rest (path,
  * readonly; ops once open succeeds).  Either may explain a failure with
  * device_set_error.  These may be NULL: identity (none), lock (nothing
- * to lock), current_size and truncate (a fixed size), punch (cannot
+ * to lock), current_size (a fixed size), punch (cannot
  * trim), extents (no allocation map: all data), discard_contents (zero
  * what was used).  The I/O entry
  * points have the meaning of the device_* function of the same name;
@@ -219,7 +216,6 @@ struct device_ops {
                uint64_t offset, bool may_trim, bool fast_only);
   int (*extents) (const struct snapfg_device *dev, uint64_t count,
                   uint64_t offset, snapfg_extent_fn fn, void *opaque);
-  int (*truncate) (struct snapfg_device *dev, uint64_t size);
   int (*discard_contents) (struct snapfg_device *dev, uint64_t used);
 };
 

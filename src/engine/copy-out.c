@@ -306,9 +306,9 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
  * a batch, the chunks are claimed together (A → B each), consecutive
  * chunks are copied with one origin read and one COW write into a run of
  * consecutive COW chunks, and all of them are committed with one call:
- * one wait for the group commit.  The order of DESIGN.md section 5 holds
- * for the batch as a whole: every chunk's data is written before the
- * commit, and the commit returns only when data and metadata are
+ * one wait for the group commit.  The order of docs/design.md section 5
+ * holds for the batch as a whole: every chunk's data is written before
+ * the commit, and the commit returns only when data and metadata are
  * durable; the origin is changed after that.
  */
 

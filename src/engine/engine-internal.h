@@ -111,6 +111,7 @@ struct snapfg_engine {
   struct snapfg_stats stats;   /* the origin export's requests */
   enum snapfg_locking locking;
   enum snapfg_durability durability;  /* for the persistent stores */
+  bool origin_moved;           /* origin-moved=true (store-binding.h) */
 
   /* Test hook: SNAPFG_TEST_DELAY_US widens the race windows. */
   unsigned test_delay_us;

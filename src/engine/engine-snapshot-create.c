@@ -231,6 +231,7 @@ snapshot_create (struct snapfg_engine *e,
     .catalogue_id = e->catalogue ? catalogue_id (e->catalogue) : NULL,
     .uuid = o->uuid,
     .merge_expected = o->merging,
+    .origin_moved = e->origin_moved,
     .catalogue_knows = catalogue_knows,
     .opaque = e,
   };

@@ -63,6 +63,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
     return -ENOMEM;
   e->locking = opts->locking;
   e->durability = opts->durability;
+  e->origin_moved = opts->origin_moved;
   e->block_size = opts->block_size ? opts->block_size
     : SNAPFG_DEFAULT_BLOCK_SIZE;
   e->max_snapshots = opts->max_snapshots ? opts->max_snapshots

@@ -54,6 +54,9 @@ struct snapfg_options {
   enum snapfg_durability durability;
   uint32_t block_size;             /* 512 or 4096 */
   unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
+  bool origin_moved;               /* origin-moved=true: stores and bitmaps
+                                      bound to another disk of the
+                                      origin's size are rebound to it */
 };
 
 /* Who attaches a snapshot's store (docs/design.md section 7): this decides

@@ -11,40 +11,10 @@
 #include <string.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <endian.h>
 
+#include "byte-order.h"
 #include "dm-format.h"
 #include "power-of-two.h"
-
-static void
-put_le32 (unsigned char *p, uint32_t v)
-{
-  uint32_t le = htole32 (v);
-  memcpy (p, &le, 4);
-}
-
-static uint32_t
-get_le32 (const unsigned char *p)
-{
-  uint32_t le;
-  memcpy (&le, p, 4);
-  return le32toh (le);
-}
-
-static void
-put_le64 (unsigned char *p, uint64_t v)
-{
-  uint64_t le = htole64 (v);
-  memcpy (p, &le, 8);
-}
-
-static uint64_t
-get_le64 (const unsigned char *p)
-{
-  uint64_t le;
-  memcpy (&le, p, 8);
-  return le64toh (le);
-}
 
 void
 dm_header_encode (const struct dm_header *h, void *buf)
@@ -55,7 +25,9 @@ dm_header_encode (const struct dm_header *h, void *buf)
   put_le32 (p + 4, h->valid);
   put_le32 (p + 8, h->version);
   put_le32 (p + 12, h->chunk_sectors);
-  memset (p + SNAPFG_MERGE_MARK_OFFSET, 0, sizeof SNAPFG_MERGE_MARK);
+  /* The mark's whole field, bytes 16..31. */
+  memset (p + SNAPFG_MERGE_MARK_OFFSET, 0,
+          SNAPFG_UNSYNCED_MARK_OFFSET - SNAPFG_MERGE_MARK_OFFSET);
   if (h->snapfg_merging)
     memcpy (p + SNAPFG_MERGE_MARK_OFFSET, SNAPFG_MERGE_MARK,
             sizeof SNAPFG_MERGE_MARK);

@@ -9,9 +9,10 @@
 #include <string.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <endian.h>
 #include <time.h>
+#include <sys/sysmacros.h>
 
+#include "byte-order.h"
 #include "store-binding.h"
 #include "catalogue.h"
 #include "snapfg-log.h"
@@ -34,36 +35,6 @@
 #define OFF_ORIGIN_PATH 208
 #define ORIGIN_PATH_LEN 200
 #define OFF_CRC 444
-
-static void
-put32 (unsigned char *p, uint32_t v)
-{
-  v = htole32 (v);
-  memcpy (p, &v, 4);
-}
-
-static void
-put64 (unsigned char *p, uint64_t v)
-{
-  v = htole64 (v);
-  memcpy (p, &v, 8);
-}
-
-static uint32_t
-get32 (const unsigned char *p)
-{
-  uint32_t v;
-  memcpy (&v, p, 4);
-  return le32toh (v);
-}
-
-static uint64_t
-get64 (const unsigned char *p)
-{
-  uint64_t v;
-  memcpy (&v, p, 8);
-  return le64toh (v);
-}
 
 /* CRC-32 (IEEE, reflected), bit by bit: a few hundred bytes, rarely. */
 static uint32_t
@@ -113,19 +84,19 @@ binding_encode (const struct store_binding *b,
 {
   memset (out, 0, STORE_BINDING_SIZE);
   memcpy (out, BINDING_MAGIC, 8);
-  put32 (out + OFF_VERSION, BINDING_VERSION);
-  put32 (out + OFF_MODE, b->mode);
-  put32 (out + OFF_STATE, b->state);
-  put64 (out + OFF_CREATED, b->created);
-  put64 (out + OFF_ORIGIN_SIZE, b->origin_size);
-  put64 (out + OFF_ORIGIN_DEV, b->origin_dev);
-  put64 (out + OFF_ORIGIN_INO, b->origin_ino);
-  put64 (out + OFF_ORIGIN_HASH, b->origin_hash);
+  put_le32 (out + OFF_VERSION, BINDING_VERSION);
+  put_le32 (out + OFF_MODE, b->mode);
+  put_le32 (out + OFF_STATE, b->state);
+  put_le64 (out + OFF_CREATED, b->created);
+  put_le64 (out + OFF_ORIGIN_SIZE, b->origin_size);
+  put_le64 (out + OFF_ORIGIN_DEV, b->origin_dev);
+  put_le64 (out + OFF_ORIGIN_INO, b->origin_ino);
+  put_le64 (out + OFF_ORIGIN_HASH, b->origin_hash);
   put_text (out + OFF_UUID, 36, b->uuid);
   put_text (out + OFF_CATALOGUE, 36, b->catalogue_id);
   put_text (out + OFF_NAME, NAME_LEN, b->name);
   put_text (out + OFF_ORIGIN_PATH, ORIGIN_PATH_LEN, b->origin_path);
-  put32 (out + OFF_CRC, crc32_ieee (out, OFF_CRC));
+  put_le32 (out + OFF_CRC, crc32_ieee (out, OFF_CRC));
 }
 
 int
@@ -135,17 +106,17 @@ binding_decode (const unsigned char in[STORE_BINDING_SIZE],
   memset (b, 0, sizeof *b);
   if (memcmp (in, BINDING_MAGIC, 8) != 0)
     return 0;                   /* no record */
-  if (get32 (in + OFF_CRC) != crc32_ieee (in, OFF_CRC) ||
-      get32 (in + OFF_VERSION) != BINDING_VERSION)
+  if (get_le32 (in + OFF_CRC) != crc32_ieee (in, OFF_CRC) ||
+      get_le32 (in + OFF_VERSION) != BINDING_VERSION)
     return -EINVAL;
   b->present = true;
-  b->mode = get32 (in + OFF_MODE);
-  b->state = get32 (in + OFF_STATE);
-  b->created = get64 (in + OFF_CREATED);
-  b->origin_size = get64 (in + OFF_ORIGIN_SIZE);
-  b->origin_dev = get64 (in + OFF_ORIGIN_DEV);
-  b->origin_ino = get64 (in + OFF_ORIGIN_INO);
-  b->origin_hash = get64 (in + OFF_ORIGIN_HASH);
+  b->mode = get_le32 (in + OFF_MODE);
+  b->state = get_le32 (in + OFF_STATE);
+  b->created = get_le64 (in + OFF_CREATED);
+  b->origin_size = get_le64 (in + OFF_ORIGIN_SIZE);
+  b->origin_dev = get_le64 (in + OFF_ORIGIN_DEV);
+  b->origin_ino = get_le64 (in + OFF_ORIGIN_INO);
+  b->origin_hash = get_le64 (in + OFF_ORIGIN_HASH);
   get_text (in + OFF_UUID, 36, b->uuid);
   get_text (in + OFF_CATALOGUE, 36, b->catalogue_id);
   get_text (in + OFF_NAME, NAME_LEN, b->name);
@@ -153,24 +124,56 @@ binding_decode (const unsigned char in[STORE_BINDING_SIZE],
   return 0;
 }
 
-bool
-binding_origin_matches (const struct store_binding *b,
-                        const struct snapfg_device *origin)
+/* A record's or a device's identity, for messages. */
+static void
+describe_identity (uint64_t dev, uint64_t ino, char *out, size_t len)
 {
-  /* The same size, and the same path or the same file: a renamed origin
-   * is still the origin, and so is one reached by another path to the
-   * same inode.  A copy of it at another path is not: nothing says that
-   * the copy and the store stayed together.
-   */
-  struct device_identity id;
+  if (ino == 0)
+    snprintf (out, len, "no identity recorded");
+  else if (dev == 0)            /* a block device: its device number */
+    snprintf (out, len, "block device %u:%u", major (ino), minor (ino));
+  else
+    snprintf (out, len, "device %" PRIu64 " inode %" PRIu64, dev, ino);
+}
 
-  if (b->origin_size != origin->size)
-    return false;
-  if (b->origin_hash == fnv1a64 (origin->path))
-    return true;
-  /* (A block device is recorded with device 0 and its device number.) */
-  return device_identity (origin, &id) && b->origin_ino != 0 &&
-    b->origin_ino == id.ino && b->origin_dev == id.dev;
+enum binding_origin
+binding_origin_compare (const struct store_binding *b,
+                        const struct snapfg_device *origin,
+                        char *what, size_t what_len)
+{
+  struct device_identity id;
+  bool have_id = device_identity (origin, &id);
+  bool same_path = b->origin_hash == fnv1a64 (origin->path);
+  char was[64], now[64];
+
+  if (what_len)
+    what[0] = '\0';
+  if (b->origin_size != origin->size) {
+    snprintf (what, what_len, "its size was %" PRIu64 " bytes, it is %"
+              PRIu64 " now", b->origin_size, origin->size);
+    return BINDING_ORIGIN_OTHER;
+  }
+  /* Both have an identity: it decides.  A renamed origin, or one reached
+   * by another path, is the origin; a file renamed into its place (the
+   * same path and size) is not: nothing says the store and it stayed
+   * together.
+   */
+  if (b->origin_ino != 0 && have_id) {
+    if (b->origin_dev == id.dev && b->origin_ino == id.ino)
+      return BINDING_ORIGIN_SAME;
+    describe_identity (b->origin_dev, b->origin_ino, was, sizeof was);
+    describe_identity (id.dev, id.ino, now, sizeof now);
+    snprintf (what, what_len, "it was %s, %s is %s now", was,
+              same_path ? "the same path" : origin->path, now);
+    return same_path ? BINDING_ORIGIN_REPLACED : BINDING_ORIGIN_OTHER;
+  }
+  /* No identity to compare (an NBD origin has none; a record may be
+   * older than the check): the path or URI and the size.
+   */
+  if (same_path)
+    return BINDING_ORIGIN_SAME;
+  snprintf (what, what_len, "it was %s", b->origin_path);
+  return BINDING_ORIGIN_OTHER;
 }
 
 void
@@ -228,124 +231,257 @@ binding_state_name (uint32_t state)
   return "unknown";
 }
 
-int
-binding_check (const struct binding_want *want, const char *path,
+/* --- the decision ---
+ *
+ * Who may attach an existing store is a table: the first rule whose
+ * request matches, whose 'set' facts are all set and whose 'clear' facts
+ * are all clear gives the verdict.  The order is the order of the
+ * questions: a run-time create never takes an existing store; a store of
+ * another origin or of a dropped snapshot is never valid again; a
+ * catalogue's snapshot must be its own store; a store named on the
+ * command line must not belong to somebody else.
+ */
+struct binding_rule {
+  unsigned requests;            /* 1 << enum binding_request */
+  unsigned set, clear;          /* enum binding_fact bits */
+  enum binding_verdict verdict;
+  enum binding_reason reason;
+};
+
+#define RQ(r) (1u << (r))
+#define STARTUP RQ (BIND_STARTUP)
+#define RESTORE RQ (BIND_RESTORE)
+
+static const struct binding_rule rules[] = {
+  { RQ (BIND_NONE), 0, 0, BV_ATTACH, BR_OK },
+  /* A snapshot taken now is the origin as it is now; a store that
+   * already holds one is some other instant's, whatever it says.
+   */
+  { RQ (BIND_RUNTIME), 0, 0, BV_BUSY, BR_NOT_NEW },
+  { STARTUP | RESTORE, BF_PRESENT | BF_OTHER_ORIGIN, 0,
+    BV_REFUSE, BR_OTHER_ORIGIN },
+  /* Dropped, and the catalogue still has it: the drop was under way. */
+  { RESTORE, BF_PRESENT | BF_DROPPED | BF_SAME_UUID, 0,
+    BV_FINISH_DROP, BR_DROP_UNDER_WAY },
+  { STARTUP | RESTORE, BF_PRESENT | BF_DROPPED, 0, BV_REFUSE, BR_DROPPED },
+  /* A catalogue's snapshot: its own store, bound to it. */
+  { RESTORE, 0, BF_PRESENT, BV_REFUSE, BR_NOT_RECORDED_STORE },
+  { RESTORE, 0, BF_MODE_CATALOGUE, BV_REFUSE, BR_NOT_RECORDED_STORE },
+  { RESTORE, 0, BF_SAME_UUID, BV_REFUSE, BR_NOT_RECORDED_STORE },
+  { RESTORE, 0, BF_SAME_CATALOGUE, BV_REFUSE, BR_NOT_RECORDED_STORE },
+  { RESTORE, BF_MERGE_MARK, BF_MERGE_EXPECTED, BV_REFUSE, BR_UNKNOWN_MERGE },
+  { RESTORE, 0, 0, BV_ATTACH, BR_OK },
+  /* Named on the command line (cow=, snapshot=).  An interrupted merge
+   * of a run-time snapshot: the origin is half merged, and only
+   * finishing the merge makes it whole again.
+   */
+  { STARTUP, BF_PRESENT | BF_MODE_RUNTIME | BF_MERGE_MARK, BF_HAVE_CATALOGUE,
+    BV_ATTACH, BR_MERGE_TO_FINISH },
+  { STARTUP, BF_PRESENT | BF_MODE_RUNTIME, 0,
+    BV_REFUSE, BR_FORGOTTEN_RUNTIME },
+  { STARTUP, BF_PRESENT | BF_MODE_CATALOGUE, BF_HAVE_CATALOGUE,
+    BV_REFUSE, BR_NEEDS_CATALOGUE },
+  { STARTUP, BF_PRESENT | BF_MODE_CATALOGUE, BF_SAME_CATALOGUE,
+    BV_REFUSE, BR_OTHER_CATALOGUE },
+  { STARTUP, BF_PRESENT | BF_MODE_CATALOGUE, BF_KNOWN,
+    BV_REFUSE, BR_NOT_IN_CATALOGUE },
+  { STARTUP, BF_PRESENT | BF_MODE_CATALOGUE, 0, BV_ATTACH, BR_OK },
+  { STARTUP, BF_HAVE_CATALOGUE | BF_MERGE_MARK, 0,
+    BV_REFUSE, BR_MERGE_WITHOUT_CATALOGUE },
+  { STARTUP, 0, 0, BV_ATTACH, BR_OK },
+};
+
+#undef RQ
+#undef STARTUP
+#undef RESTORE
+
+struct binding_decision
+binding_decide (enum binding_request request, unsigned facts)
+{
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; ++i) {
+    const struct binding_rule *r = &rules[i];
+
+    if ((r->requests & (1u << request)) && (facts & r->set) == r->set &&
+        (facts & r->clear) == 0)
+      return (struct binding_decision) { r->verdict, r->reason };
+  }
+  /* Every request has a last rule without conditions. */
+  return (struct binding_decision) { BV_REFUSE, BR_NOT_NEW };
+}
+
+unsigned
+binding_facts (const struct binding_want *want,
                const struct store_binding *found, bool merge_marked,
-               bool valid)
+               char *what, size_t what_len)
+{
+  unsigned f = 0;
+
+  if (what_len)
+    what[0] = '\0';
+  if (merge_marked)
+    f |= BF_MERGE_MARK;
+  if (want->catalogue_id)
+    f |= BF_HAVE_CATALOGUE;
+  if (want->merge_expected)
+    f |= BF_MERGE_EXPECTED;
+  if (!found->present)
+    return f;
+  f |= BF_PRESENT;
+  if (want->origin &&
+      binding_origin_compare (found, want->origin, what, what_len)
+      != BINDING_ORIGIN_SAME) {
+    /* origin-moved=true vouches for an origin of the same size. */
+    if (want->origin_moved && found->origin_size == want->origin->size)
+      f |= BF_ORIGIN_REBOUND;
+    else
+      f |= BF_OTHER_ORIGIN;
+  }
+  if (found->state == BINDING_DROPPED)
+    f |= BF_DROPPED;
+  if (found->mode == BINDING_CATALOGUE)
+    f |= BF_MODE_CATALOGUE;
+  if (found->mode == BINDING_RUNTIME)
+    f |= BF_MODE_RUNTIME;
+  if (want->catalogue_id &&
+      strcmp (found->catalogue_id, want->catalogue_id) == 0)
+    f |= BF_SAME_CATALOGUE;
+  if (want->uuid && strcmp (found->uuid, want->uuid) == 0)
+    f |= BF_SAME_UUID;
+  if (want->catalogue_knows &&
+      want->catalogue_knows (want->opaque, found->uuid))
+    f |= BF_KNOWN;
+  return f;
+}
+
+/* Say why the store is refused: the file, the reason, the way out. */
+static void
+log_refusal (enum binding_reason reason, const struct binding_want *want,
+             const char *path, const struct store_binding *found,
+             unsigned facts, const char *what)
 {
   const char *name = want->name;
 
-  if (want->request == BIND_NONE)
-    return 0;
-
-  if (want->request == BIND_RUNTIME) {
-    /* A snapshot taken now is the origin as it is now; a store that
-     * already holds one is some other instant's, whatever it says.
-     */
+  switch (reason) {
+  case BR_NOT_NEW:
     snapfg_error ("cow=%s: already holds a snapshot store%s; a snapshot "
                   "created at run time needs a new, empty or all-zero COW "
                   "file (an existing store comes back only at start-up, "
                   "through state= or cow=/snapshot=); the file is left "
                   "unchanged", path,
-                  merge_marked ? " with a merge in progress (the origin "
-                  "is half merged: restart with this store to finish it)"
-                  : found->present && found->state == BINDING_DROPPED
-                  ? " whose snapshot was dropped" : "");
-    return -EBUSY;
-  }
-
-  if (found->present && !binding_origin_matches (found, want->origin)) {
-    snapfg_error ("cow=%s: this store belongs to another origin (%s, %"
-                  PRIu64 " bytes), not to origin=%s; a snapshot store "
-                  "only serves the origin it was taken of (the file is "
-                  "left unchanged)", path, found->origin_path,
-                  found->origin_size, want->origin->path);
-    return -EINVAL;
-  }
-
-  if (found->present && found->state == BINDING_DROPPED) {
-    if (want->request == BIND_RESTORE && want->uuid &&
-        strcmp (found->uuid, want->uuid) == 0)
-      return -ESTALE;           /* the drop was under way: finish it */
+                  facts & BF_MERGE_MARK ? " with a merge in progress (the "
+                  "origin is half merged: restart with this store to "
+                  "finish it)"
+                  : facts & BF_DROPPED ? " whose snapshot was dropped" : "");
+    break;
+  case BR_OTHER_ORIGIN:
+    if (binding_origin_compare (found, want->origin, NULL, 0)
+        == BINDING_ORIGIN_REPLACED)
+      snapfg_error ("cow=%s: the origin was replaced since this store was "
+                    "bound to it: origin=%s has the same path and size, "
+                    "but %s, so this store's snapshot is of another disk; "
+                    "the file is left unchanged (if the origin really is "
+                    "the same disk -- restored from a copy, or a block "
+                    "device renumbered -- start once with "
+                    "origin-moved=true to rebind the store to it)",
+                    path, want->origin->path, what);
+    else
+      snapfg_error ("cow=%s: this store belongs to another origin (%s, %"
+                    PRIu64 " bytes), not to origin=%s (%s); a snapshot "
+                    "store only serves the origin it was taken of (the file "
+                    "is left unchanged%s)", path, found->origin_path,
+                    found->origin_size, want->origin->path, what,
+                    found->origin_size == want->origin->size
+                    ? "; if it really is that origin, moved, start once "
+                    "with origin-moved=true" : "");
+    break;
+  case BR_DROPPED:
     snapfg_error ("cow=%s: snapshot \"%s\" in this store was dropped; the "
                   "origin has changed since, so it can never be a valid "
                   "snapshot again (delete the file, or use a new one); the "
                   "file is left unchanged", path, found->name);
-    return -EINVAL;
-  }
-
-  if (want->request == BIND_RESTORE) {
-    if (!found->present || found->mode != BINDING_CATALOGUE ||
-        strcmp (found->uuid, want->uuid) != 0 ||
-        strcmp (found->catalogue_id, want->catalogue_id) != 0) {
-      snapfg_error ("cow=%s: not the store the catalogue recorded for "
-                    "snapshot \"%s\" (uuid %s; the file holds %s%s); the "
-                    "file is left unchanged: put the right store back, or "
-                    "remove the snapshot's record from the catalogue",
-                    path, name, want->uuid,
-                    found->present ? "uuid " : "no snapfg binding",
-                    found->present ? found->uuid : "");
-      return -EINVAL;
-    }
-    if (merge_marked && !want->merge_expected) {
-      snapfg_error ("cow=%s: snapshot \"%s\" carries a merge mark, but the "
-                    "catalogue records no merge of it; refusing to guess "
-                    "which view of the origin is right (the file is left "
-                    "unchanged)", path, name);
-      return -EINVAL;
-    }
-    return 0;
-  }
-
-  /* BIND_STARTUP: named on the command line. */
-  if (found->present && found->mode == BINDING_RUNTIME && merge_marked &&
-      want->catalogue_id == NULL) {
-    /* A merge of a run-time snapshot was interrupted: the origin is half
-     * merged, and only finishing the merge makes it whole again.
-     */
-    return 0;
-  }
-  if (found->present && found->mode == BINDING_RUNTIME) {
+    break;
+  case BR_NOT_RECORDED_STORE:
+    snapfg_error ("cow=%s: not the store the catalogue recorded for "
+                  "snapshot \"%s\" (uuid %s; the file holds %s%s); the "
+                  "file is left unchanged: put the right store back, or "
+                  "remove the snapshot's record from the catalogue",
+                  path, name, want->uuid ? want->uuid : "?",
+                  found->present ? "uuid " : "no snapfg binding",
+                  found->present ? found->uuid : "");
+    break;
+  case BR_UNKNOWN_MERGE:
+    snapfg_error ("cow=%s: snapshot \"%s\" carries a merge mark, but the "
+                  "catalogue records no merge of it; refusing to guess "
+                  "which view of the origin is right (the file is left "
+                  "unchanged)", path, name);
+    break;
+  case BR_FORGOTTEN_RUNTIME:
     snapfg_error ("cow=%s: snapshot \"%s\" in this store was created at "
                   "run time without state= and forgotten when its server "
                   "stopped; the origin may have changed since, so it "
                   "cannot be attached as a valid snapshot (use state= to "
                   "keep run-time snapshots across restarts; the file is "
                   "left unchanged)", path, found->name);
-    return -EINVAL;
-  }
-  if (found->present && found->mode == BINDING_CATALOGUE) {
-    if (want->catalogue_id == NULL) {
-      snapfg_error ("cow=%s: snapshot \"%s\" in this store belongs to a "
-                    "catalogue (id %s); only that catalogue can bring it "
-                    "back: start with its state= file (the file is left "
-                    "unchanged)", path, found->name, found->catalogue_id);
-      return -EINVAL;
-    }
-    if (strcmp (found->catalogue_id, want->catalogue_id) != 0) {
-      snapfg_error ("cow=%s: snapshot \"%s\" in this store belongs to "
-                    "another catalogue (id %s, not %s); the file is left "
-                    "unchanged", path, found->name, found->catalogue_id,
-                    want->catalogue_id);
-      return -EINVAL;
-    }
-    if (want->catalogue_knows == NULL ||
-        !want->catalogue_knows (want->opaque, found->uuid)) {
-      snapfg_error ("cow=%s: snapshot \"%s\" in this store was dropped "
-                    "from or forgotten by the catalogue; the origin may "
-                    "have changed since, so it cannot be attached as a "
-                    "valid snapshot (the file is left unchanged)",
-                    path, found->name);
-      return -EINVAL;
-    }
-    return 0;
-  }
-  if (want->catalogue_id && merge_marked) {
+    break;
+  case BR_NEEDS_CATALOGUE:
+    snapfg_error ("cow=%s: snapshot \"%s\" in this store belongs to a "
+                  "catalogue (id %s); only that catalogue can bring it "
+                  "back: start with its state= file (the file is left "
+                  "unchanged)", path, found->name, found->catalogue_id);
+    break;
+  case BR_OTHER_CATALOGUE:
+    snapfg_error ("cow=%s: snapshot \"%s\" in this store belongs to "
+                  "another catalogue (id %s, not %s); the file is left "
+                  "unchanged", path, found->name, found->catalogue_id,
+                  want->catalogue_id);
+    break;
+  case BR_NOT_IN_CATALOGUE:
+    snapfg_error ("cow=%s: snapshot \"%s\" in this store was dropped "
+                  "from or forgotten by the catalogue; the origin may "
+                  "have changed since, so it cannot be attached as a "
+                  "valid snapshot (the file is left unchanged)",
+                  path, found->name);
+    break;
+  case BR_MERGE_WITHOUT_CATALOGUE:
     snapfg_error ("cow=%s: this store carries a merge in progress that "
                   "the catalogue does not know of; restart once without "
                   "state= to finish the merge (the file is left "
                   "unchanged)", path);
-    return -EINVAL;
+    break;
+  case BR_OK: case BR_MERGE_TO_FINISH: case BR_DROP_UNDER_WAY:
+    break;
   }
-  return 0;
+}
+
+int
+binding_check (const struct binding_want *want, const char *path,
+               const struct store_binding *found, bool merge_marked,
+               bool valid)
+{
+  char what[256];
+  unsigned facts;
+  struct binding_decision d;
+
+  if (want->request == BIND_NONE)
+    return 0;
+  facts = binding_facts (want, found, merge_marked, what, sizeof what);
+  d = binding_decide (want->request, facts);
+  switch (d.verdict) {
+  case BV_ATTACH:
+    if (facts & BF_ORIGIN_REBOUND)
+      snapfg_notice ("cow=%s: origin-moved=true: this store was bound to "
+                     "origin %s (%s); it is rebound to origin=%s as it is "
+                     "now", path, found->origin_path, what,
+                     want->origin->path);
+    return 0;
+  case BV_FINISH_DROP:
+    return -ESTALE;
+  case BV_BUSY:
+    log_refusal (d.reason, want, path, found, facts, what);
+    return -EBUSY;
+  case BV_REFUSE:
+    break;
+  }
+  log_refusal (d.reason, want, path, found, facts, what);
+  return -EINVAL;
 }

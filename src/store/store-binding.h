@@ -26,6 +26,17 @@
  * A store without the magic (written by the kernel, or by an older
  * snapfg) has no binding: it is accepted where it always was (cow= and
  * snapshot= at start-up) and gets one when snapfg first attaches it.
+ *
+ * The origin is the same one when the size is the same and its identity
+ * is: a file's device and inode numbers, a block device's device number
+ * (so a renamed origin, or one reached through another path, is still
+ * the origin, and a file put in its place is not).  A record whose
+ * identity is zero -- the origin was an NBD export, which has none, or
+ * the record is older than that check -- is matched by path or URI and
+ * size, and gains the identity when it is next written.  An operator
+ * whose origin really did move (restored from a copy, a block device
+ * renumbered) says so with origin-moved=true: a store of an origin of
+ * the same size is then accepted and rebound to the origin as it is.
  */
 #ifndef SNAPFG_STORE_BINDING_H
 #define SNAPFG_STORE_BINDING_H
@@ -81,6 +92,9 @@ struct binding_want {
   const char *uuid;                /* BIND_RESTORE: the catalogue's */
   bool merge_expected;             /* BIND_RESTORE: the catalogue says
                                       this snapshot is being merged */
+  bool origin_moved;               /* origin-moved=true: a store of an
+                                      origin of the same size but another
+                                      identity is this origin's */
   /* Is uuid one of the catalogue's snapshots?  (BIND_STARTUP with a
    * catalogue: a store the catalogue dropped or forgot is refused.)
    */
@@ -103,9 +117,83 @@ extern void binding_make (const struct binding_want *want,
                           const struct store_binding *old,
                           struct store_binding *b);
 
-/* Does this record's origin identity name 'origin'? */
-extern bool binding_origin_matches (const struct store_binding *b,
-                                    const struct snapfg_device *origin);
+/* How the origin a record names compares with 'origin'. */
+enum binding_origin {
+  BINDING_ORIGIN_SAME,          /* the same identity (or, without one,
+                                   the same path or URI), the same size */
+  BINDING_ORIGIN_REPLACED,      /* the same path and size, but another
+                                   file or device is there now */
+  BINDING_ORIGIN_OTHER,         /* another origin */
+};
+
+/* Compare; unless SAME, 'what' says what differs (recorded vs now). */
+extern enum binding_origin
+binding_origin_compare (const struct store_binding *b,
+                        const struct snapfg_device *origin,
+                        char *what, size_t what_len);
+
+/* --- the decision (a table, store-binding.c) ---
+ *
+ * What is known about a store and its opener, as bits: */
+enum binding_fact {
+  BF_PRESENT = 1u << 0,         /* the store has a binding record */
+  BF_OTHER_ORIGIN = 1u << 1,    /* ... of another origin (and
+                                   origin-moved does not vouch for it) */
+  BF_DROPPED = 1u << 2,         /* ... whose snapshot was dropped */
+  BF_MODE_CATALOGUE = 1u << 3,  /* ... attached through a catalogue */
+  BF_MODE_RUNTIME = 1u << 4,    /* ... created at run time, no catalogue */
+  BF_MERGE_MARK = 1u << 5,      /* the header carries the merge mark */
+  BF_HAVE_CATALOGUE = 1u << 6,  /* the opener has a catalogue */
+  BF_SAME_CATALOGUE = 1u << 7,  /* the record names the opener's */
+  BF_SAME_UUID = 1u << 8,       /* the record's uuid is the catalogue's
+                                   record's (BIND_RESTORE) */
+  BF_KNOWN = 1u << 9,           /* the catalogue knows the record's uuid */
+  BF_MERGE_EXPECTED = 1u << 10, /* the catalogue records its merge */
+  /* Not read by the table: the origin differs, and origin-moved=true
+   * vouches for it (the store is rebound, with a notice).
+   */
+  BF_ORIGIN_REBOUND = 1u << 11,
+};
+
+enum binding_verdict {
+  BV_ATTACH,                    /* 0 */
+  BV_FINISH_DROP,               /* -ESTALE */
+  BV_REFUSE,                    /* -EINVAL */
+  BV_BUSY,                      /* -EBUSY */
+};
+
+/* Why: each refusal has its own message (binding_check logs it). */
+enum binding_reason {
+  BR_OK,
+  BR_MERGE_TO_FINISH,           /* attach: a run-time snapshot's merge */
+  BR_NOT_NEW,                   /* run-time create on an existing store */
+  BR_OTHER_ORIGIN,
+  BR_DROP_UNDER_WAY,            /* finish the drop */
+  BR_DROPPED,
+  BR_NOT_RECORDED_STORE,        /* restore: not the catalogue's store */
+  BR_UNKNOWN_MERGE,             /* restore: a merge mark, no merge */
+  BR_FORGOTTEN_RUNTIME,
+  BR_NEEDS_CATALOGUE,
+  BR_OTHER_CATALOGUE,
+  BR_NOT_IN_CATALOGUE,
+  BR_MERGE_WITHOUT_CATALOGUE,   /* startup with state=, merge-marked */
+};
+
+struct binding_decision {
+  enum binding_verdict verdict;
+  enum binding_reason reason;
+};
+
+/* The facts for an existing store (found: its record) and 'want'.  If
+ * the origin differs, 'what' says how (for the message).
+ */
+extern unsigned binding_facts (const struct binding_want *want,
+                               const struct store_binding *found,
+                               bool merge_marked, char *what,
+                               size_t what_len);
+/* The decision the table gives a request with these facts (pure). */
+extern struct binding_decision binding_decide (enum binding_request request,
+                                               unsigned facts);
 
 /* Decide whether an existing store (its header already read and valid)
  * may be attached for 'want'.  Returns 0 (attach), -ESTALE (BIND_RESTORE:

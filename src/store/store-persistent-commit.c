@@ -36,7 +36,7 @@
 #include "snapfg-log.h"
 
 int
-ps_sync (struct persistent_store *ps)
+persistent_sync (struct persistent_store *ps)
 {
   uint64_t start = snapfg_debug_commit ? now_ns () : 0;
   int r;
@@ -158,7 +158,7 @@ dequeue_waiter (struct persistent_store *ps, struct commit_waiter *w)
 }
 
 int
-zero_area (struct persistent_store *ps, uint64_t area)
+persistent_zero_area (struct persistent_store *ps, uint64_t area)
 {
   struct snapfg_store *st = &ps->base;
   uint64_t chunk = dm_area_chunk (area, ps->pairs_per_area);
@@ -257,7 +257,8 @@ zero_data_ahead (struct persistent_store *ps, size_t group)
  * range these chunks are in.
  */
 void
-wait_zeroing (struct persistent_store *ps, uint64_t first, uint64_t n)
+persistent_wait_zeroing (struct persistent_store *ps, uint64_t first,
+                         uint64_t n)
 {
   uint64_t from = atomic_load (&ps->zeroing_from);
 
@@ -279,7 +280,7 @@ write_area_pair (struct persistent_store *ps, const struct store_pair *p)
 }
 
 int
-write_current_area (struct persistent_store *ps)
+persistent_write_current_area (struct persistent_store *ps)
 {
   struct snapfg_store *st = &ps->base;
   uint64_t chunk = dm_area_chunk (ps->current_area, ps->pairs_per_area);
@@ -306,7 +307,7 @@ zero_areas_ahead (struct persistent_store *ps, size_t n)
     if (dm_area_chunk (ps->zeroed_through + 1, ps->pairs_per_area)
         >= ps->base.max_chunks)
       break;
-    r = zero_area (ps, ps->zeroed_through + 1);
+    r = persistent_zero_area (ps, ps->zeroed_through + 1);
     if (r < 0)
       return r;
     ps->zeroed_through++;
@@ -325,7 +326,7 @@ write_pairs (struct persistent_store *ps, const struct store_pair *pairs, size_t
   for (size_t i = 0; i < n; ++i) {
     write_area_pair (ps, &pairs[i]);
     if (ps->area_used == ps->pairs_per_area) {
-      r = write_current_area (ps);
+      r = persistent_write_current_area (ps);
       if (r < 0)
         return r;
       ps->current_area++;
@@ -335,7 +336,7 @@ write_pairs (struct persistent_store *ps, const struct store_pair *pairs, size_t
     }
   }
   if (ps->area_used > 0)
-    return write_current_area (ps);
+    return persistent_write_current_area (ps);
   return 0;
 }
 
@@ -380,7 +381,7 @@ lead_commits (struct persistent_store *ps, uint64_t mine)
     if (r == 0)
       zero_data_ahead (ps, n);
     if (r == 0)
-      r = ps_sync (ps);
+      r = persistent_sync (ps);
     if (r == 0) {
       pthread_mutex_lock (&ps->lock);
       ps->durable = written_upto;       /* areas written last round */

@@ -23,7 +23,7 @@
  * kernel never opens a store a power loss may have torn).
  */
 int
-write_header (struct persistent_store *ps, uint32_t valid)
+persistent_write_header (struct persistent_store *ps, uint32_t valid)
 {
   unsigned char buf[512] = { 0 };
   struct dm_header h = {
@@ -66,13 +66,31 @@ read_boot_id (char *id, size_t len)
   return ok && id[0] != '\0';
 }
 
+/* Does this host's kernel own the cache that the store's unsynced
+ * writes sit in?  A file or block device here is written through this
+ * kernel's page cache, which outlives the process and is lost only with
+ * the system (hence the boot id).  Anything else -- an NBD export -- has
+ * its writes in another server's cache, which can be lost (that server
+ * loses power or restarts) while this host keeps running, so the boot
+ * id says nothing about it.  A disk with a local identity
+ * (device_identity) is one of ours.
+ */
+static bool
+cache_is_this_hosts (const struct snapfg_device *dev)
+{
+  struct device_identity id;
+
+  return device_identity (dev, &id);
+}
+
 /* The header carries the unsynced mark: a server wrote the store with
  * durability=flush and did not close it cleanly.  If this is still the
- * boot it names, only that process died: the page cache holds every
- * write it made, in order, so the store is whole.  Otherwise the system
- * stopped (power loss, crash, reboot) while writes were not durable: the
- * table may point at data that never reached the disk, or miss chunks
- * whose origin did.  Then the snapshot is Invalid, for good.
+ * boot it names and the store is a local disk, only that process died:
+ * the page cache holds every write it made, in order, so the store is
+ * whole.  Otherwise the system (or, for an NBD export, its server)
+ * may have stopped while writes were not durable: the table may point
+ * at data that never reached the disk, or miss chunks whose origin did.
+ * Then the snapshot is Invalid, for good.
  */
 static int
 check_unsynced_mark (struct persistent_store *ps, const char *path,
@@ -80,6 +98,7 @@ check_unsynced_mark (struct persistent_store *ps, const char *path,
 {
   struct snapfg_store *st = &ps->base;
   char now[SNAPFG_BOOT_ID_MAX] = "";
+  bool same_boot;
 
   if (h->valid != 0) {
     snapfg_error ("cow=%s: the header says valid = %" PRIu32 " and carries "
@@ -88,8 +107,23 @@ check_unsynced_mark (struct persistent_store *ps, const char *path,
                   path, h->valid);
     return -EINVAL;
   }
-  if (read_boot_id (now, sizeof now) &&
-      strncmp (now, h->snapfg_unsynced_boot, SNAPFG_UNSYNCED_BOOT_LEN) == 0) {
+  same_boot = read_boot_id (now, sizeof now) &&
+    strncmp (now, h->snapfg_unsynced_boot, SNAPFG_UNSYNCED_BOOT_LEN) == 0;
+  if (same_boot && !cache_is_this_hosts (&st->dev)) {
+    snapfg_error ("cow=%s: the server that wrote this store with "
+                  "durability=flush stopped without closing it, and the "
+                  "store is an NBD export whose cache this host does not "
+                  "own (its server may have lost the writes that were not "
+                  "flushed yet, whatever this host's boot id says), so its "
+                  "table may not match its data: the snapshot is now "
+                  "Invalid and its export fails every request (use "
+                  "durability=sync for a COW store on an NBD export that "
+                  "must survive that)", path);
+    st->opened_invalid = true;
+    ps->torn = true;            /* set_unsynced_mark drops the mark */
+    return 0;
+  }
+  if (same_boot) {
     snapfg_debug ("cow=%s: the server that wrote this store with "
                   "durability=flush stopped without closing it, in this "
                   "boot: the store is whole", path);
@@ -132,9 +166,9 @@ set_unsynced_mark (struct persistent_store *ps,
   if (ps->torn && !st->dev.readonly) {
     ps->marked = false;
     ps->merging = false;
-    r = write_header (ps, 0);
+    r = persistent_write_header (ps, 0);
     if (r == 0)
-      r = ps_sync (ps);
+      r = persistent_sync (ps);
     if (r < 0)
       snapfg_error ("cow=%s: could not write the Invalid header: %s",
                     params->path, strerror (-r));
@@ -160,11 +194,11 @@ set_unsynced_mark (struct persistent_store *ps,
   /* Whatever an earlier process left in the page cache becomes durable
    * before the header changes.
    */
-  r = ps_sync (ps);
+  r = persistent_sync (ps);
   if (r == 0)
-    r = write_header (ps, 1);
+    r = persistent_write_header (ps, 1);
   if (r == 0)
-    r = ps_sync (ps);
+    r = persistent_sync (ps);
   if (r < 0)
     snapfg_error ("cow=%s: cannot write the header: %s",
                   params->path, strerror (-r));
@@ -247,15 +281,15 @@ format_new_store (struct persistent_store *ps)
    * the header, then sync: a crash before the header is durable leaves
    * an all-zero (new) store.
    */
-  r = zero_area (ps, 0);
+  r = persistent_zero_area (ps, 0);
   if (r == 0 && dm_area_chunk (1, ps->pairs_per_area) < st->max_chunks)
-    r = zero_area (ps, 1);
+    r = persistent_zero_area (ps, 1);
   if (r == 0)
-    r = ps_sync (ps);
+    r = persistent_sync (ps);
   if (r == 0)
-    r = write_header (ps, 1);
+    r = persistent_write_header (ps, 1);
   if (r == 0)
-    r = ps_sync (ps);
+    r = persistent_sync (ps);
   if (r < 0) {
     snapfg_error ("cow=%s: cannot write a new store: %s",
                   st->dev.path, strerror (-r));

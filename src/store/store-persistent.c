@@ -50,7 +50,7 @@ persistent_alloc_run (struct snapfg_store *st, uint64_t want,
     n = end - chunk < want ? end - chunk : want;
     next = dm_skip_metadata (chunk + n, ppa);
   } while (!atomic_compare_exchange_weak (&st->next_chunk, &chunk, next));
-  wait_zeroing (ps, chunk, n);
+  persistent_wait_zeroing (ps, chunk, n);
   *first = chunk;
   *got = n;
   return 0;
@@ -107,9 +107,9 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
   memset (ps->area_buf + ps->area_used * DM_SNAP_PAIR_SIZE, 0,
           st->chunk_size - ps->area_used * DM_SNAP_PAIR_SIZE);
   if (ps->binding_pending) {
-    r = write_header (ps, 1);
+    r = persistent_write_header (ps, 1);
     if (r == 0)
-      r = ps_sync (ps);
+      r = persistent_sync (ps);
     if (r < 0) {
       snapfg_error ("cow=%s: cannot write the binding record into the "
                     "header: %s", st->dev.path, strerror (-r));
@@ -127,7 +127,7 @@ persistent_load (struct snapfg_store *st, store_exception_fn fn, void *opaque)
 static int
 persistent_flush (struct snapfg_store *st)
 {
-  return ps_sync (ps_of (st));
+  return persistent_sync (ps_of (st));
 }
 
 static void
@@ -148,9 +148,9 @@ persistent_invalidate (struct snapfg_store *st)
   if (!ps->invalidated && !st->dev.readonly) {
     ps->invalidated = true;
     ps->marked = false;         /* Invalid for good, not just unsynced */
-    r = write_header (ps, 0);
+    r = persistent_write_header (ps, 0);
     if (r == 0)
-      r = ps_sync (ps);
+      r = persistent_sync (ps);
     if (r < 0)
       snapfg_error ("cow=%s: could not mark the store Invalid on disk: %s",
                     st->dev.path, strerror (-r));
@@ -174,9 +174,9 @@ persistent_mark_dropped (struct snapfg_store *st)
     }
     ps->invalidated = true;
     ps->marked = false;         /* dropped for good, not just unsynced */
-    r = write_header (ps, 0);
+    r = persistent_write_header (ps, 0);
     if (r == 0)
-      r = ps_sync (ps);
+      r = persistent_sync (ps);
     if (r < 0)
       snapfg_error ("cow=%s: could not mark the dropped store on disk: %s",
                     st->dev.path, strerror (-r));
@@ -210,15 +210,15 @@ persistent_close (struct snapfg_store *st, bool clean)
   struct persistent_store *ps = ps_of (st);
 
   if (clean && !st->dev.readonly && !st->opened_invalid) {
-    int r = ps_sync (ps);
+    int r = persistent_sync (ps);
 
     pthread_mutex_lock (&ps->lock);
     if (r == 0 && ps->marked && !ps->invalidated && ps->failed == 0) {
       /* Everything is durable now: the store is whole without the mark. */
       ps->marked = false;
-      r = write_header (ps, 1);
+      r = persistent_write_header (ps, 1);
       if (r == 0)
-        r = ps_sync (ps);
+        r = persistent_sync (ps);
       if (r < 0)
         snapfg_error ("cow=%s: could not clear the unsynced mark: %s (the "
                       "snapshot will open as Invalid after a reboot)",
@@ -247,9 +247,9 @@ set_merge_mark (struct persistent_store *ps, bool merging)
 
   pthread_mutex_lock (&ps->lock);
   ps->merging = merging;
-  r = write_header (ps, 1);
+  r = persistent_write_header (ps, 1);
   if (r == 0)
-    r = ps_sync (ps);
+    r = persistent_sync (ps);
   pthread_mutex_unlock (&ps->lock);
   if (r < 0)
     snapfg_error ("cow=%s: cannot write the merge mark in the header: %s",
@@ -315,9 +315,9 @@ persistent_merge_forget (struct snapfg_store *st, size_t n)
   ps->area_used -= n;
   memset (ps->area_buf + ps->area_used * DM_SNAP_PAIR_SIZE, 0,
           n * DM_SNAP_PAIR_SIZE);
-  r = write_current_area (ps);
+  r = persistent_write_current_area (ps);
   if (r == 0)
-    r = ps_sync (ps);
+    r = persistent_sync (ps);
   pthread_mutex_unlock (&ps->lock);
   return r;
 }

@@ -6,8 +6,8 @@
  *   store-persistent.c         the store operations: allocation, loading
  *                              the table, usage, invalidation, merging,
  *                              close
- *   store-persistent-commit.c  group commit (the ordering of DESIGN.md
- *                              section 5), writing metadata areas, and
+ *   store-persistent-commit.c  group commit (the ordering of
+ *                              docs/design.md section 5), writing metadata areas, and
  *                              zeroing ahead of the allocator
  *   store-persistent-open.c    opening and formatting a store, the binding
  *                              checks, the header and the unsynced mark
@@ -148,23 +148,24 @@ extern int persistent_commit (struct snapfg_store *st,
                               const struct store_pair *pairs, size_t n);
 
 /* Sync the COW device, counted for the statistics. */
-extern int ps_sync (struct persistent_store *ps);
+extern int persistent_sync (struct persistent_store *ps);
 
 /* Write zeroes over metadata area 'area' (not synced). */
-extern int zero_area (struct persistent_store *ps, uint64_t area);
+extern int persistent_zero_area (struct persistent_store *ps, uint64_t area);
 
 /* Write the current area from area_buf (not synced). */
-extern int write_current_area (struct persistent_store *ps);
+extern int persistent_write_current_area (struct persistent_store *ps);
 
 /* After the allocator took [first, first + n): wait while the commit
  * leader is zeroing a range these chunks are in.
  */
-extern void wait_zeroing (struct persistent_store *ps, uint64_t first,
-                          uint64_t n);
+extern void persistent_wait_zeroing (struct persistent_store *ps,
+                                     uint64_t first, uint64_t n);
 
 /* --- store-persistent-open.c --- */
 
 /* Write the header as it must be now (see there), not synced. */
-extern int write_header (struct persistent_store *ps, uint32_t valid);
+extern int persistent_write_header (struct persistent_store *ps,
+                                    uint32_t valid);
 
 #endif

@@ -25,18 +25,20 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <unistd.h>
-#include <endian.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 
 #include <gnutls/gnutls.h>
 #include <gnutls/crypto.h>
 
+#include "atomic-file.h"
+#include "byte-order.h"
 #include "cleanup.h"
+#include "full-io.h"
 #include "rounding.h"
 #include "snapfg-backup.h"
 
 #define MANIFEST "manifest.json"
-#define MANIFEST_TMP "manifest.json.tmp"
 #define SUMS_MAGIC "SFBSUMS1"
 
 int
@@ -76,71 +78,25 @@ sums_new_zero (uint64_t block, uint64_t size)
   return sums;
 }
 
-int
-write_all (int fd, const void *buf, size_t len)
-{
-  const char *p = buf;
-
-  while (len > 0) {
-    ssize_t n = write (fd, p, len);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    p += n;
-    len -= n;
-  }
-  return 0;
-}
-
-static int
-read_all (int fd, void *buf, size_t len)
-{
-  char *p = buf;
-
-  while (len > 0) {
-    ssize_t n = read (fd, p, len);
-    if (n == -1 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return -1;
-    p += n;
-    len -= n;
-  }
-  return 0;
-}
-
-/* Write NAME.tmp, fsync it, rename it to NAME, fsync the directory. */
+/* Replace dir/name whole (see atomic-file.h).  The directory is locked
+ * by this run, so a NAME.tmp left by a crash is ours to replace.
+ */
 static int
 write_atomically (int dirfd, const char *dir, const char *name,
                   const void *head, size_t head_len,
                   const void *body, size_t body_len,
                   char *err, size_t err_len)
 {
-  char tmp[256];
-  int fd;
+  struct iovec iov[2] = {
+    { .iov_base = (void *) head, .iov_len = head_len },
+    { .iov_base = (void *) body, .iov_len = body_len },
+  };
+  const char *step = "write";
 
-  snprintf (tmp, sizeof tmp, "%s.tmp", name);
-  fd = openat (dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd == -1) {
-    snprintf (err, err_len, "%s/%s: %s", dir, tmp, strerror (errno));
-    return -1;
-  }
-  if (write_all (fd, head, head_len) == -1 ||
-      write_all (fd, body, body_len) == -1 || fsync (fd) == -1) {
-    snprintf (err, err_len, "writing %s/%s: %s", dir, tmp, strerror (errno));
-    close (fd);
-    unlinkat (dirfd, tmp, 0);
-    return -1;
-  }
-  if (close (fd) == -1 || renameat (dirfd, tmp, dirfd, name) == -1) {
-    snprintf (err, err_len, "%s/%s: %s", dir, name, strerror (errno));
-    unlinkat (dirfd, tmp, 0);
-    return -1;
-  }
-  if (fsync_dir (dirfd) == -1) {
-    snprintf (err, err_len, "fsync %s: %s", dir, strerror (errno));
+  if (atomic_file_write (dirfd, name, 0644, ATOMIC_FILE_REPLACE_LEFTOVER,
+                         iov, 2, &step) < 0) {
+    snprintf (err, err_len, "cannot %s %s/%s.tmp: %s", step, dir, name,
+              strerror (errno));
     return -1;
   }
   return 0;
@@ -221,12 +177,11 @@ sums_write (int dirfd, const char *name, uint64_t block, uint64_t size,
             const unsigned char *sums, char *err, size_t err_len)
 {
   unsigned char head[32];
-  uint64_t v;
 
   memcpy (head, SUMS_MAGIC, 8);
-  v = htole64 (block); memcpy (head + 8, &v, 8);
-  v = htole64 (size); memcpy (head + 16, &v, 8);
-  v = htole64 (block_count (block, size)); memcpy (head + 24, &v, 8);
+  put_le64 (head + 8, block);
+  put_le64 (head + 16, size);
+  put_le64 (head + 24, block_count (block, size));
   return write_atomically (dirfd, ".", name, head, sizeof head, sums,
                            block_count (block, size) * SHA256_LEN,
                            err, err_len);
@@ -247,22 +202,22 @@ sums_read (int dirfd, const char *name, uint64_t block, uint64_t size,
     snprintf (err, err_len, "%s: %s", name, strerror (errno));
     return NULL;
   }
-  if (fstat (fd, &st) == -1 || read_all (fd, head, sizeof head) == -1 ||
+  if (fstat (fd, &st) == -1 || full_read (fd, head, sizeof head) < 0 ||
       memcmp (head, SUMS_MAGIC, 8) != 0) {
     snprintf (err, err_len, "%s: not a snapfg-backup sums file", name);
     return NULL;
   }
-  memcpy (v, head + 8, sizeof v);
-  if (le64toh (v[0]) != block || le64toh (v[1]) != size ||
-      le64toh (v[2]) != n || (uint64_t) st.st_size != 32 + n * SHA256_LEN) {
+  for (int i = 0; i < 3; ++i)
+    v[i] = get_le64 (head + 8 + 8 * i);
+  if (v[0] != block || v[1] != size || v[2] != n || (uint64_t) st.st_size != 32 + n * SHA256_LEN) {
     snprintf (err, err_len, "%s: made for another disk size or block "
               "(block %" PRIu64 ", size %" PRIu64 "; expected %" PRIu64
-              " and %" PRIu64 ")", name, le64toh (v[0]), le64toh (v[1]),
+              " and %" PRIu64 ")", name, v[0], v[1],
               block, size);
     return NULL;
   }
   sums = malloc (n * SHA256_LEN + 1);
-  if (sums == NULL || read_all (fd, sums, n * SHA256_LEN) == -1) {
+  if (sums == NULL || full_read (fd, sums, n * SHA256_LEN) < 0) {
     snprintf (err, err_len, "%s: %s", name,
               sums ? "short read" : "out of memory");
     return NULL;

@@ -259,7 +259,5 @@ extern unsigned char *sums_new_zero (uint64_t block, uint64_t size);
  */
 extern int fsync_dir (int dirfd);
 extern int fsync_file (int dirfd, const char *name);
-/* write(2) all of BUF, through EINTR and short writes. */
-extern int write_all (int fd, const void *buf, size_t len);
 
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <sys/sysmacros.h>
 
 #include <jansson.h>
 
@@ -86,6 +87,13 @@ print_binding (const struct snapfg_device *dev, const struct dm_header *h,
     json_object_set_new (jb, "origin_path", json_string (b.origin_path));
     json_object_set_new (jb, "origin_size",
                          json_integer ((json_int_t) b.origin_size));
+    /* The origin's identity: a file's device and inode, a block
+     * device's number in origin_ino (origin_dev 0); both 0: none.
+     */
+    json_object_set_new (jb, "origin_dev",
+                         json_integer ((json_int_t) b.origin_dev));
+    json_object_set_new (jb, "origin_ino",
+                         json_integer ((json_int_t) b.origin_ino));
     json_object_set_new (jb, "catalogue",
                          b.catalogue_id[0] ? json_string (b.catalogue_id)
                          : json_null ());
@@ -97,6 +105,14 @@ print_binding (const struct snapfg_device *dev, const struct dm_header *h,
           binding_state_name (b.state), b.created);
   printf ("binding origin: %s (%" PRIu64 " bytes)\n", b.origin_path,
           b.origin_size);
+  if (b.origin_ino == 0)
+    printf ("binding origin identity: none (matched by path and size)\n");
+  else if (b.origin_dev == 0)
+    printf ("binding origin identity: block device %u:%u\n",
+            major (b.origin_ino), minor (b.origin_ino));
+  else
+    printf ("binding origin identity: device %" PRIu64 " inode %" PRIu64
+            "\n", b.origin_dev, b.origin_ino);
   if (b.catalogue_id[0])
     printf ("binding catalogue: %s\n", b.catalogue_id);
 }
