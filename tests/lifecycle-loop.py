@@ -20,6 +20,17 @@
 # the model with the merged snapshot's image at once (the origin view
 # becomes the snapshot's view) and the writer carries on over it.
 # Transient snapshots are created too and must be gone after a restart.
+#
+# --writeback on: the server runs with writeback=on, which acknowledges a
+# first write before its data is on the origin and promises only the
+# flushed writes across a kill -9.  The writer then flushes after about
+# every 8th write and keeps a second model, of what the last completed
+# flush covered; after the restart each 512-byte sector must hold that
+# model's contents or one of the writes made to it since (then the model
+# takes what is there).  A snapshot is created, and a merge started, right
+# after a flush, so that its expected image is durable.  --writeback off
+# (or none: the server has no such parameter) checks every acknowledged
+# write, as above.
 
 import argparse
 import json
@@ -54,10 +65,17 @@ def read_export(sock, export, size):
 class Writer(threading.Thread):
     """Random writes to the origin; model updated after each ack."""
 
-    def __init__(self, sock, model, seed):
+    def __init__(self, sock, model, seed, flushing, durable):
         super().__init__(daemon=True)
         self.sock = sock
         self.model = model
+        # With flushing (writeback=on): durable is the origin as the last
+        # completed flush left it, and since_flush the writes made after
+        # it (including the one in flight), oldest first.
+        self.flushing = flushing
+        self.durable = durable
+        self.since_flush = []
+        self.h = None
         self.rng = random.Random(seed)
         self.lock = threading.Lock()      # held around each write
         self.stop = False
@@ -67,7 +85,7 @@ class Writer(threading.Thread):
 
     def run(self):
         try:
-            h = connect(self.sock, "origin")
+            h = self.h = connect(self.sock, "origin")
         except Exception as e:              # server gone already
             self.error = e
             return
@@ -80,6 +98,8 @@ class Writer(threading.Thread):
                 if self.stop:
                     break
                 self.inflight = (off, bytes(self.model[off:off + n]), data)
+                if self.flushing:
+                    self.since_flush.append((off, data))
                 try:
                     h.pwrite(data, off)
                 except Exception as e:      # nbdkit was killed
@@ -88,11 +108,49 @@ class Writer(threading.Thread):
                 self.model[off:off + n] = data
                 self.inflight = None
                 self.writes += 1
+                if self.flushing and self.rng.random() < 0.125:
+                    try:
+                        self.flush_locked()
+                    except Exception as e:
+                        self.error = e
+                        return
             time.sleep(0.001)
         try:
             h.shutdown()
         except Exception:
             pass
+
+    def flush_locked(self):
+        """A flush, with self.lock held: once it completes, every write
+        so far is durable."""
+        self.h.flush()
+        self.durable[:] = self.model
+        self.since_flush = []
+
+
+def check_flushed(rnd, got, durable, since_flush):
+    """After a kill -9 with writeback=on: every sector holds what the
+    last completed flush left there or one of the writes made since."""
+    allowed = {}                    # sector -> its versions since the flush
+    for off, data in since_flush:
+        for k in range(0, len(data), 512):
+            allowed.setdefault((off + k) // 512, []).append(data[k:k + 512])
+    if len(got) != len(durable):
+        fail("round %d: the origin has %d bytes, expected %d"
+             % (rnd, len(got), len(durable)))
+    if got == durable:
+        return 0
+    n = 0
+    for s in range(len(got) // 512):
+        g = bytes(got[s * 512:(s + 1) * 512])
+        if g == durable[s * 512:(s + 1) * 512]:
+            continue
+        if g not in allowed.get(s, []):
+            fail("round %d: origin sector %d holds neither what the last "
+                 "completed flush left there nor a write made since "
+                 "(a flushed write lost?)" % (rnd, s))
+        n += 1
+    return n
 
 
 class Server:
@@ -109,7 +167,8 @@ class Server:
         self.proc = subprocess.Popen(
             ["nbdkit", "-f", "-U", self.sock, a.plugin,
              "origin=" + a.origin, "state=" + a.state,
-             "control=" + self.ctl],
+             "control=" + self.ctl] +
+            (["writeback=" + a.writeback] if a.writeback != "none" else []),
             stderr=self.log, env=env)
         for _ in range(600):
             if os.path.exists(self.sock) and os.path.exists(self.ctl):
@@ -147,7 +206,14 @@ def main():
     p.add_argument("--state", required=True)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seed", type=int, default=1)
+    # on-without-parameter: the flushed-writes check on a server that
+    # has no writeback= parameter (it behaves as writeback=off).
+    p.add_argument("--writeback", default="none",
+                   choices=["on", "off", "none", "on-without-parameter"])
     a = p.parse_args()
+    flushing = a.writeback.startswith("on")
+    if a.writeback == "on-without-parameter":
+        a.writeback = "none"
 
     rng = random.Random(a.seed)
     model = bytearray(open(a.origin, "rb").read())
@@ -155,6 +221,8 @@ def main():
     expected = {}       # persistent snapshot name -> expected image
     merging = None      # (name, image) of a merge that may be under way
     inflight = None
+    since_flush = []
+    durable = bytearray(model)
     serial = 0
     checked = 0
 
@@ -162,6 +230,15 @@ def main():
         srv = Server(a, rnd)
 
         # --- after the restart: everything as the model says ---
+        if flushing:
+            got = read_export(srv.sock, "origin", size)
+            n = check_flushed(rnd, got, durable, since_flush)
+            log("round %d: every flushed write is on the origin; %d sectors "
+                "hold unflushed writes" % (rnd, n))
+            model[:] = got
+            durable[:] = got
+            since_flush = []
+            inflight = None
         if inflight:
             off, old, new = inflight
             got = bytes(read_export(srv.sock, "origin", size)[off:off + len(new)])
@@ -217,7 +294,7 @@ def main():
             "expected" % (rnd, len(expected)))
 
         # --- a writer, and snapshot operations, until the kill ---
-        w = Writer(srv.sock, model, a.seed * 1000 + rnd)
+        w = Writer(srv.sock, model, a.seed * 1000 + rnd, flushing, durable)
         w.start()
         kill_after = rng.randint(2, 6)
         for step in range(kill_after):
@@ -236,6 +313,8 @@ def main():
                 elif rng.random() < 0.5:
                     args += ["--cow", os.path.join(a.dir, "%s.cow" % name)]
                 with w.lock:            # the snapshot's instant: no write
+                    if flushing and w.h:
+                        w.flush_locked()
                     image = bytes(model)
                     srv.ctl_cmd(*args)
                 if op == "create":
@@ -251,9 +330,14 @@ def main():
                 if name not in expected:
                     continue            # a transient one cannot merge
                 with w.lock:
+                    if flushing and w.h:
+                        w.flush_locked()
                     # From the reply on, the origin view is the snapshot's.
                     srv.ctl_cmd("merge", name)
                     model[:] = expected.pop(name)
+                    if flushing:
+                        durable[:] = model
+                        w.since_flush = []
                 merging = (name, None)
                 log("round %d: merging %s" % (rnd, name))
         time.sleep(rng.uniform(0, 0.3))
@@ -261,6 +345,7 @@ def main():
         w.stop = True
         w.join()
         inflight = w.inflight
+        since_flush = w.since_flush
         log("round %d: killed nbdkit (SIGKILL) after %d origin writes%s"
             % (rnd, w.writes, " during a merge" if merging else ""))
         # Never a merge of a snapshot that is still in 'expected'.

@@ -176,9 +176,14 @@ def seq_data(seed, offset, length):
 
 def cmd_seq_writer(a):
     # Sequential writes of --write-size over the region, --in-flight at a
-    # time; every acknowledged write's offset goes to --log at once.
+    # time; every acknowledged write's offset goes to --log at once.  With
+    # --flush-every N, a flush is sent (in flight with the writes) after
+    # every N acknowledgements, and an offset goes to --log only once a
+    # flush sent after its acknowledgement has completed: the log then
+    # holds the flushed writes.
     n = 0
     log = open(a.log, "a", buffering=1)
+    unflushed = []                  # acknowledged, no flush sent since
     try:
         h = connect(a.uri)
         roff, rlen = parse_region(a.region, h.get_size())
@@ -187,6 +192,11 @@ def cmd_seq_writer(a):
         more = True
         while more or inflight:
             while more and h.aio_in_flight() < a.in_flight:
+                if a.flush_every and len(unflushed) >= a.flush_every:
+                    cookie = h.aio_flush()
+                    inflight[cookie] = (None, unflushed)
+                    unflushed = []
+                    continue
                 offset = next(offsets, None)
                 if offset is None:
                     more = False
@@ -199,7 +209,14 @@ def cmd_seq_writer(a):
                 h.poll(-1)
             for cookie in list(inflight):
                 if h.aio_command_completed(cookie):
-                    log.write("%d\n" % inflight.pop(cookie)[1])
+                    buf, what = inflight.pop(cookie)
+                    if buf is None:                 # a flush: what it covers
+                        for offset in what:
+                            log.write("%d\n" % offset)
+                    elif a.flush_every:
+                        unflushed.append(what)
+                    else:
+                        log.write("%d\n" % what)
                     n += 1
                     if n == 1 and a.ready_file:
                         open(a.ready_file, "w").close()
@@ -389,6 +406,7 @@ def main():
     s.add_argument("--region")
     s.add_argument("--log", required=True)
     s.add_argument("--ready-file")
+    s.add_argument("--flush-every", type=int, default=0)
     s.set_defaults(fn=cmd_seq_writer)
 
     s = sub.add_parser("check-acked")

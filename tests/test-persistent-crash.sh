@@ -25,6 +25,15 @@
 #     exactly the committed batches and the origin exactly the completed
 #     writes; with four concurrent writers of 1 MiB the snapshot equals
 #     the original and every acknowledged write is on the origin.
+#  4. Flushed writes: four concurrent writers of 64 KiB writes flush
+#     every 8 acknowledgements; nbdkit is killed with kill -9 at a random
+#     moment or dies at a fault point; the snapshot equals the original
+#     and every write a completed flush covered is on the origin.
+#
+# Sections 2 and 3 assert that every *acknowledged* write survives, which
+# only writeback=off promises: they run with writeback=off.  Section 4
+# runs with writeback=on, which promises the flushed writes only.  (On
+# a snapfg without the writeback= parameter both run without it.)
 #
 # Clients see their connection drop when nbdkit dies: that is expected.
 set -euo pipefail
@@ -36,6 +45,12 @@ size=$((32 * 1024 * 1024))
 CS=4096
 rounds=${SNAPFG_CRASH_ROUNDS:-5}
 nwriters=4
+# writeback=off for the cases that check acknowledged writes,
+# writeback=on for those that check flushed ones.
+wb_off=() wb_on=()
+if nbdkit "$SNAPFG_PLUGIN" --help 2>/dev/null | grep -q '^writeback='; then
+    wb_off=(writeback=off) wb_on=(writeback=on)
+fi
 
 # check_after_crash WHAT: restart without hooks, the snapshot must equal
 # the pristine image, the origin export the origin file; inspect exits 0.
@@ -189,7 +204,7 @@ fault_case() {
     make_random_image "$origin" "$fsize"
     cp "$origin" "$pristine"
     rm -f "$cow"
-    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" "${wb_off[@]}"
     if [ "$writers" -eq 1 ]; then
         # Whole-chunk writes to chunks 0, 1, 2, ...: write k (from 1)
         # needs exactly one copy-out, of chunk k-1.
@@ -279,7 +294,7 @@ batch_fault_case() {
     make_random_image "$origin" "$fsize"
     cp "$origin" "$pristine"
     rm -f "$cow"
-    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" "${wb_off[@]}"
     pio drive-until-death "$(uri "$sock" origin)" --chunk-size $CS --write-size $bws \
         --max $((fsize / bws)) >"$out" 2>"$tmpdir/drive.err" || true
     completed=$(sed -n 's/^completed \([0-9]*\)$/\1/p' "$out")
@@ -337,7 +352,7 @@ batch_concurrent_case() {
     make_random_image "$origin" "$bsize"
     cp "$origin" "$pristine"
     rm -f "$cow" "$tmpdir"/acked-*
-    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" "${wb_off[@]}"
     for w in 0 1 2 3; do
         pio seq-writer "$(uri "$sock" origin)" --seed $((seed + w)) --write-size $ws \
             --in-flight 4 --region "$((w * region_len)):$region_len" \
@@ -371,5 +386,68 @@ batch_concurrent_case cow-data:12
 batch_concurrent_case cow-run:12
 batch_concurrent_case metadata:12
 batch_concurrent_case origin-write:16
+
+# ---- 4. flushed writes, writeback=on ----------------------------------
+# flushed_case SPEC: SPEC is a fault point, or "random" (kill -9 after
+# 0.2-0.8 s of writes).  Four writers over their own quarters, 64 KiB
+# writes, 4 in flight, a flush after every 8 acknowledgements; their
+# logs hold only the flushed writes, which must all be on the origin.
+flushed_case() {
+    local spec=$1 st w region_len ws=65536 fsz=$((32 * 1024 * 1024)) ms
+    region_len=$((fsz / 4))
+    info "=== flushed writes survive ($spec, ${wb_on[*]:-no writeback= parameter})"
+    make_random_image "$origin" "$fsz"
+    cp "$origin" "$pristine"
+    rm -f "$cow" "$tmpdir"/flushed-* "$tmpdir"/ready-f-*
+    if [ "$spec" = random ]; then
+        start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" "${wb_on[@]}"
+    else
+        SNAPFG_TEST_CRASH_AT=$spec start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" "${wb_on[@]}"
+    fi
+    for w in 0 1 2 3; do
+        pio seq-writer "$(uri "$sock" origin)" --seed $((seed + 40 + w)) --write-size $ws \
+            --in-flight 4 --flush-every 8 --region "$((w * region_len)):$region_len" \
+            --log "$tmpdir/flushed-$w" --ready-file "$tmpdir/ready-f-$w" \
+            2>>"$tmpdir/writers.log" &
+        writer_pids+=($!)
+    done
+    if [ "$spec" = random ]; then
+        for _ in $(seq 300); do
+            [ "$(ls "$tmpdir" | grep -c '^ready-f-')" -eq 4 ] && break
+            sleep 0.1
+        done
+        ms=$((200 + RANDOM % 601))
+        sleep "$((ms / 1000)).$(printf %03d $((ms % 1000)))"
+        _proc_alive "$(nbdkit_pid "$pid")" || fail "$spec: nbdkit died by itself under load"
+        kill9_nbdkit "$pid"
+        info "killed nbdkit (kill -9) after ${ms} ms of writes"
+    else
+        wait_nbdkit_death "$pid" 60
+        st=$nbdkit_status
+        case $st in
+            137) info "ok: $spec: nbdkit died by SIGKILL" ;;
+            alive) kill9_nbdkit "$pid"
+                   check_fail "$spec (flushed writes): nbdkit never reached the fault point" ;;
+            *) check_fail "$spec (flushed writes): nbdkit exited with status $st, expected 137" ;;
+        esac
+    fi
+    kill_writers
+    for w in 0 1 2 3; do
+        touch "$tmpdir/flushed-$w"
+        if out=$(pio check-acked "$origin" --seed $((seed + 40 + w)) --write-size $ws \
+                     --log "$tmpdir/flushed-$w" 2>&1); then
+            info "ok: $spec: writer $w: flushed: $out"
+        else
+            check_fail "$spec (flushed writes): writer $w: $out"
+        fi
+    done
+    check_after_crash "flushed writes, $spec"
+}
+
+flushed_case random
+flushed_case random
+flushed_case cow-data:150
+flushed_case metadata:150
+flushed_case origin-write:200
 
 finish

@@ -468,6 +468,21 @@ binding_check (const struct binding_want *want, const char *path,
   d = binding_decide (want->request, facts);
   switch (d.verdict) {
   case BV_ATTACH:
+    /* A catalogue's record and its store must agree on the name too
+     * (the uuid alone does not say it): records whose names were
+     * swapped would serve each other's data under the wrong names.
+     */
+    if (want->request == BIND_RESTORE && found->present &&
+        found->name[0] && want->name &&
+        strncmp (found->name, want->name, sizeof found->name - 1) != 0) {
+      snapfg_error ("cow=%s: the catalogue records this store as snapshot "
+                    "\"%s\" (uuid %s), but the store holds snapshot \"%s\" "
+                    "(uuid %s); refusing to serve it under another name (the "
+                    "file is left unchanged): correct the catalogue record",
+                    path, want->name, want->uuid ? want->uuid : "?",
+                    found->name, found->uuid);
+      return -EINVAL;
+    }
     if (facts & BF_ORIGIN_REBOUND)
       snapfg_notice ("cow=%s: origin-moved=true: this store was bound to "
                      "origin %s (%s); it is rebound to origin=%s as it is "

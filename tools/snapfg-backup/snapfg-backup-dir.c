@@ -19,21 +19,75 @@
 #include <unistd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <pwd.h>
 
 #include "snapfg-backup.h"
 
 int
-open_backup_dir (const char *path, bool create, struct backup_dir *d)
+open_backup_dir_created (const char *path, bool create, struct backup_dir *d,
+                         bool *created)
 {
   d->path = path;
   d->lock_fd = -1;
-  if (create && mkdir (path, 0755) == -1 && errno != EEXIST) {
-    backup_error ("%s: cannot create the backup directory: %m", path);
-    return -1;
+  *created = false;
+  /* 0700: the images hold the whole disk. */
+  if (create) {
+    if (mkdir (path, 0700) == 0)
+      *created = true;
+    else if (errno != EEXIST) {
+      backup_error ("%s: cannot create the backup directory: %m", path);
+      return -1;
+    }
   }
   d->fd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (d->fd == -1) {
     backup_error ("%s: %m", path);
+    if (*created)
+      rmdir (path);
+    return -1;
+  }
+  return 0;
+}
+
+int
+open_backup_dir (const char *path, bool create, struct backup_dir *d)
+{
+  bool created;
+
+  return open_backup_dir_created (path, create, d, &created);
+}
+
+/* As OpenSSH's StrictModes: the owner is the user running the tool or
+ * root, and neither group nor others may write.  Whoever can write the
+ * directory can plant a link where the tool will create a file, or swap
+ * the images under a restore.
+ */
+int
+check_private_dir (struct backup_dir *d)
+{
+  struct stat st;
+  uid_t me = geteuid ();
+
+  if (fstat (d->fd, &st) == -1) {
+    backup_error ("%s: %m", d->path);
+    return -1;
+  }
+  if (st.st_uid != me && st.st_uid != 0) {
+    struct passwd *pw = getpwuid (st.st_uid);
+    backup_error ("%s is owned by %s (uid %u), who can change it under "
+                  "snapfg-backup: use a directory of your own (chown %u %s)",
+                  d->path, pw ? pw->pw_name : "another user",
+                  (unsigned) st.st_uid, (unsigned) me, d->path);
+    return -1;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    backup_error ("%s is writable by %s (mode %04o): another user could "
+                  "plant links or swap images in it; make it private "
+                  "(chmod go-w %s)", d->path,
+                  (st.st_mode & S_IWGRP) && (st.st_mode & S_IWOTH)
+                  ? "its group and by others"
+                  : (st.st_mode & S_IWGRP) ? "its group" : "others",
+                  (unsigned) (st.st_mode & 07777), d->path);
     return -1;
   }
   return 0;
@@ -43,9 +97,18 @@ open_backup_dir (const char *path, bool create, struct backup_dir *d)
 int
 lock_backup_dir (struct backup_dir *d)
 {
-  d->lock_fd = openat (d->fd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  struct stat st;
+
+  /* Kept from run to run, so not O_EXCL; never through a link. */
+  d->lock_fd = openat (d->fd, ".lock",
+                       O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (d->lock_fd == -1) {
-    backup_error ("%s/.lock: %m", d->path);
+    backup_error ("%s/.lock: %m%s", d->path,
+                  errno == ELOOP ? " (a symbolic link: remove it)" : "");
+    return -1;
+  }
+  if (fstat (d->lock_fd, &st) == -1 || !S_ISREG (st.st_mode)) {
+    backup_error ("%s/.lock is not a regular file: remove it", d->path);
     return -1;
   }
   if (flock (d->lock_fd, LOCK_EX | LOCK_NB) == -1) {
@@ -57,10 +120,11 @@ lock_backup_dir (struct backup_dir *d)
 }
 
 /* Names snapfg-backup writes, and the run number they carry:
- * NNNN-full.qcow2[.partial], NNNN-incr.qcow2[.partial], NNNN.sums[.tmp].
+ * NNNN-full.qcow2[.partial], NNNN-incr.qcow2[.partial],
+ * NNNN-diff.qcow2[.partial], NNNN.sums[.tmp].
  */
-static bool
-our_file (const char *name, unsigned *seq, bool *partial)
+bool
+backup_file_name (const char *name, unsigned *seq, bool *partial)
 {
   unsigned n;
   int len = 0;
@@ -71,10 +135,11 @@ our_file (const char *name, unsigned *seq, bool *partial)
   name += len;
   *seq = n;
   if (strcmp (name, "-full.qcow2") == 0 || strcmp (name, "-incr.qcow2") == 0 ||
-      strcmp (name, ".sums") == 0)
+      strcmp (name, "-diff.qcow2") == 0 || strcmp (name, ".sums") == 0)
     return true;
   if (strcmp (name, "-full.qcow2.partial") == 0 ||
       strcmp (name, "-incr.qcow2.partial") == 0 ||
+      strcmp (name, "-diff.qcow2.partial") == 0 ||
       strcmp (name, ".sums.tmp") == 0) {
     *partial = true;
     return true;
@@ -103,7 +168,7 @@ check_new_dir (struct backup_dir *d)
         strcmp (e->d_name, ".lock") == 0 ||
         strcmp (e->d_name, "lost+found") == 0 ||
         strcmp (e->d_name, "manifest.json.tmp") == 0 ||
-        (our_file (e->d_name, &seq, &partial) && (partial ||
+        (backup_file_name (e->d_name, &seq, &partial) && (partial ||
                                                  strstr (e->d_name, ".sums"))))
       continue;
     backup_error ("%s: not empty and has no manifest.json (found %s): "
@@ -147,7 +212,7 @@ clean_leftovers (struct backup_dir *d, json_t *last)
   }
   while ((e = readdir (dp)) != NULL) {
     unsigned seq;
-    bool is_partial, ours = our_file (e->d_name, &seq, &is_partial);
+    bool is_partial, ours = backup_file_name (e->d_name, &seq, &is_partial);
     bool is_sums = ours && strstr (e->d_name, ".sums") != NULL;
 
     /* An interrupted run leaves temporary files, and sums (written

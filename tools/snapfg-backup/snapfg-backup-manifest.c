@@ -50,7 +50,7 @@ fsync_dir (int dirfd)
 int
 fsync_file (int dirfd, const char *name)
 {
-  int fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  int fd = openat (dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   int r, saved_errno;
 
   if (fd == -1)
@@ -93,7 +93,7 @@ write_atomically (int dirfd, const char *dir, const char *name,
   };
   const char *step = "write";
 
-  if (atomic_file_write (dirfd, name, 0644, ATOMIC_FILE_REPLACE_LEFTOVER,
+  if (atomic_file_write (dirfd, name, 0600, ATOMIC_FILE_REPLACE_LEFTOVER,
                          iov, 2, &step) < 0) {
     snprintf (err, err_len, "cannot %s %s/%s.tmp: %s", step, dir, name,
               strerror (errno));
@@ -112,7 +112,7 @@ manifest_read (int dirfd, const char *dir, bool *missing,
   int fd;
 
   *missing = false;
-  fd = openat (dirfd, MANIFEST, O_RDONLY | O_CLOEXEC);
+  fd = openat (dirfd, MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1) {
     if (errno == ENOENT) {
       *missing = true;
@@ -197,7 +197,7 @@ sums_read (int dirfd, const char *name, uint64_t block, uint64_t size,
   CLEANUP_CLOSE int fd = -1;
   struct stat st;
 
-  fd = openat (dirfd, name, O_RDONLY | O_CLOEXEC);
+  fd = openat (dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1) {
     snprintf (err, err_len, "%s: %s", name, strerror (errno));
     return NULL;
@@ -247,4 +247,51 @@ sums_digest (const unsigned char *sums, uint64_t block,
                      (block_count (block, end) - first) * SHA256_LEN);
     }
   gnutls_hash_deinit (h, out);
+}
+
+json_t *
+manifest_run (json_t *manifest, uint64_t seq)
+{
+  json_t *v;
+  size_t i;
+
+  json_array_foreach (json_object_get (manifest, "runs"), i, v)
+    if (json_u64 (v, "seq") == seq)
+      return v;
+  return NULL;
+}
+
+unsigned char *
+run_sums (int dirfd, const char *dir, json_t *run, char *err, size_t err_len)
+{
+  const char *name = json_str (run, "sums");
+  const char *want = json_str (run, "disk_sha256");
+  uint64_t seq = json_u64 (run, "seq");
+  unsigned char *sums, digest[SHA256_LEN];
+  char why[512], hex[65];
+
+  if (name == NULL || want == NULL) {
+    snprintf (err, err_len, "run %" PRIu64 " in %s/%s records no %s: it "
+              "cannot be verified", seq, dir, MANIFEST,
+              name == NULL ? "block sums file (\"sums\")" : "disk_sha256");
+    return NULL;
+  }
+  sums = sums_read (dirfd, name, json_u64 (run, "sum_block"),
+                    json_u64 (run, "size"), why, sizeof why);
+  if (sums == NULL) {
+    snprintf (err, err_len, "run %" PRIu64 " cannot be verified: %s/%s",
+              seq, dir, why);
+    return NULL;
+  }
+  sums_digest (sums, json_u64 (run, "sum_block"), NULL, 0,
+               json_u64 (run, "size"), digest);
+  hex_digest (digest, hex);
+  if (strcmp (hex, want) != 0) {
+    snprintf (err, err_len, "%s/%s does not match run %" PRIu64 "'s "
+              "disk_sha256 in the manifest: the backup directory is damaged",
+              dir, name, seq);
+    free (sums);
+    return NULL;
+  }
+  return sums;
 }

@@ -18,7 +18,9 @@
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
+#include <errno.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include "rounding.h"
 #include "snapfg-backup.h"
@@ -68,22 +70,6 @@ server_request (const struct backup_options *o, json_t *req,
   return 0;
 }
 
-/* Drop a snapshot; with --cow-dir remove its store too. */
-static int
-drop_snapshot (const struct backup_options *o, const char *name)
-{
-  json_t *req = control_request (CONTROL_DROP);
-
-  control_request_set_string (req, "name", name);
-  if (server_request (o, req, "dropping snapshot", name) == -1)
-    return -1;
-  if (o->cow_dir) {
-    char path[PATH_MAX];
-    snprintf (path, sizeof path, "%s/%s.cow", o->cow_dir, name);
-    unlink (path);
-  }
-  return 0;
-}
 
 static int
 drop_checkpoint (const struct backup_options *o, const char *name)
@@ -93,6 +79,9 @@ drop_checkpoint (const struct backup_options *o, const char *name)
   control_request_set_string (req, "name", name);
   return server_request (o, req, "warning: dropping checkpoint", name);
 }
+
+struct run;
+static int drop_snapshot (struct run *r, const char *name);
 
 /* Names of the server's snapshots or checkpoints that start with PREFIX. */
 static json_t *
@@ -117,365 +106,639 @@ server_names (const struct backup_options *o, enum control_cmd cmd,
   return out;
 }
 
-int
-cmd_backup (const struct backup_options *o, const char *dir_path)
-{
+/* The state of one run, from step to step. */
+enum run_kind { RUN_FULL, RUN_INCREMENTAL, RUN_DIFFERENTIAL };
+
+struct run {
+  const struct backup_options *o;
+  const char *dir_path;
   struct backup_dir d;
-  json_t *manifest = NULL, *runs, *last = NULL, *req, *reply, *run, *v;
-  json_t *stale_ckpts = NULL;
-  struct nbd_handle *src[MAX_SOURCES] = { NULL }, *dst = NULL;
-  size_t nsrc = 0, nranges = 0, i;
-  struct copy_range *ranges = NULL;
-  struct copy_job job;
-  unsigned char *sums = NULL, copied_sum[SHA256_LEN], disk_sum[SHA256_LEN];
-  char err[1024], prefix[64], name[96], image[64], partial[80], sums_name[32];
-  char hex1[65], hex2[65], when[32], cow_path[PATH_MAX];
-  const char *since = NULL, *prev_image = NULL;
-  bool missing, incremental, snapshot_made = false, recorded = false;
-  bool checkpoint_made = false;
+  bool dir_created;             /* by this run: removed if it fails */
+  json_t *manifest, *runs, *last;
+  json_t *base;                 /* the run this one copies changes since */
+  json_t *stale_ckpts;
+  enum run_kind kind;
+  const char *since;            /* checkpoint the changes are since */
+  const char *backing;          /* the image under this run's */
+  int base_depth;               /* images in the base run's chain */
+  struct image_access access;
   uint64_t size, block;
   unsigned seq;
+  char prefix[64], name[96], image[64], partial[80], sums_name[32];
+  char cow_dir[PATH_MAX];
+  struct nbd_handle *src[MAX_SOURCES], *dst;
+  size_t nsrc;
+  struct copy_range *ranges;
+  size_t nranges;
+  unsigned char *sums;
+  struct copy_job job;
   time_t started, finished;
-  double t0;
-  int status = EXIT_FAILED;
-  char *stop_env;
+  double t0;                    /* tool_now () at the snapshot */
+  bool snapshot_made, checkpoint_made, image_made, recorded, empty;
+};
 
-  partial[0] = '\0';
-  if (open_backup_dir (dir_path, true, &d) == -1 || lock_backup_dir (&d) == -1)
-    return EXIT_FAILED;
+static const char *
+kind_name (enum run_kind k)
+{
+  return k == RUN_FULL ? "full" : k == RUN_INCREMENTAL ? "incremental"
+                                                       : "differential";
+}
 
-  manifest = manifest_read (d.fd, dir_path, &missing, err, sizeof err);
-  if (manifest == NULL && !missing) {
+/* The latest full run of the manifest (NULL: none). */
+static json_t *
+latest_full (json_t *runs)
+{
+  json_t *v, *full = NULL;
+  size_t i;
+
+  json_array_foreach (runs, i, v)
+    if (json_str (v, "type") && strcmp (json_str (v, "type"), "full") == 0)
+      full = v;
+  return full;
+}
+
+/* The checkpoint a differential after FULL starts from: the full's own,
+ * or, for a full that prune made of an incremental, the one of the full
+ * it was committed into (which covers more, so the delta is still
+ * complete).
+ */
+static const char *
+diff_checkpoint (json_t *full)
+{
+  const char *c = json_str (full, "diff_checkpoint");
+
+  return c ? c : json_str (full, "checkpoint");
+}
+
+/* 1. The directory: private, locked, its manifest (or a new one). */
+static int
+run_open_dir (struct run *r)
+{
+  char err[1024];
+  bool missing;
+
+  if (open_backup_dir_created (r->dir_path, true, &r->d, &r->dir_created)
+      == -1)
+    return -1;
+  if (check_private_dir (&r->d) == -1 || lock_backup_dir (&r->d) == -1)
+    return -1;
+  r->manifest = manifest_read (r->d.fd, r->dir_path, &missing,
+                               err, sizeof err);
+  if (r->manifest == NULL && !missing) {
     backup_error ("%s", err);
-    goto out;
+    return -1;
   }
-  if (manifest == NULL) {
+  if (r->manifest == NULL) {
     unsigned char id[4];
     char idhex[9];
-    if (check_new_dir (&d) == -1)
-      goto out;
+    if (check_new_dir (&r->d) == -1)
+      return -1;
     if (getrandom (id, sizeof id, 0) != sizeof id) {
       backup_error ("getrandom: %m");
-      goto out;
+      return -1;
     }
     snprintf (idhex, sizeof idhex, "%02x%02x%02x%02x", id[0], id[1], id[2],
               id[3]);
-    manifest = json_pack ("{s:s, s:i, s:s, s:[]}",
-                          "format", "snapfg-backup-manifest", "version", 1,
-                          "chain_id", idhex, "runs");
+    r->manifest = json_pack ("{s:s, s:i, s:s, s:[]}",
+                             "format", "snapfg-backup-manifest", "version", 1,
+                             "chain_id", idhex, "runs");
   }
-  runs = json_object_get (manifest, "runs");
-  if (json_array_size (runs) > 0)
-    last = json_array_get (runs, json_array_size (runs) - 1);
-  if (clean_leftovers (&d, last) == -1)
-    goto out;
-  seq = last ? json_u64 (last, "seq") + 1 : 1;
-  incremental = last && !o->full;
-  snprintf (prefix, sizeof prefix, NAME_PREFIX "%s-",
-            json_str (manifest, "chain_id"));
+  r->runs = json_object_get (r->manifest, "runs");
+  if (json_array_size (r->runs) > 0)
+    r->last = json_array_get (r->runs, json_array_size (r->runs) - 1);
+  if (r->last && json_is_true (json_object_get (json_array_get (r->runs, 0),
+                                                "pruning"))) {
+    backup_error ("%s: a prune was interrupted: run prune again first",
+                  r->dir_path);
+    return -1;
+  }
+  if (clean_leftovers (&r->d, r->last) == -1)
+    return -1;
+  r->seq = r->last ? json_u64 (r->last, "seq") + 1 : 1;
+  snprintf (r->prefix, sizeof r->prefix, NAME_PREFIX "%s-",
+            json_str (r->manifest, "chain_id"));
+  return 0;
+}
 
-  /* The origin's size, and snapshots left by interrupted runs. */
+/* 2. The kind of run, and how its image is written. */
+static int
+run_choose_kind (struct run *r)
+{
+  const struct backup_options *o = r->o;
+  json_t *full = latest_full (r->runs);
+  bool chain_encrypted = full &&
+    json_is_true (json_object_get (full, "encrypted"));
+
+  r->kind = !r->last || o->full ? RUN_FULL
+          : o->diff ? RUN_DIFFERENTIAL : RUN_INCREMENTAL;
+  if (r->kind == RUN_DIFFERENTIAL && full == NULL) {
+    backup_error ("--diff: the chain has no full run: run with --full");
+    return EXIT_NEED_FULL;
+  }
+  /* Encryption is the chain's: fixed by its full run. */
+  if (r->kind != RUN_FULL && o->encrypt && !chain_encrypted) {
+    backup_error ("--encrypt: the chain in %s is not encrypted; start an "
+                  "encrypted one with --full --encrypt --key-file FILE",
+                  r->dir_path);
+    return EXIT_USAGE;
+  }
+  if ((r->kind == RUN_FULL && o->encrypt) ||
+      (r->kind != RUN_FULL && chain_encrypted)) {
+    if (o->key_file == NULL) {
+      backup_error ("%s: give the key with --key-file FILE",
+                    r->kind == RUN_FULL ? "--encrypt"
+                    : "the chain is encrypted");
+      return EXIT_USAGE;
+    }
+    if (access (o->key_file, R_OK) == -1) {
+      backup_error ("--key-file %s: %m", o->key_file);
+      return EXIT_USAGE;
+    }
+    r->access.key_file = o->key_file;
+  }
+  r->access.compress = o->compress;
+  if (r->kind == RUN_INCREMENTAL)
+    r->base = r->last;
+  else if (r->kind == RUN_DIFFERENTIAL)
+    r->base = full;
+  return 0;
+}
+
+/* 3. The server: reachable, the origin's size, snapshots left by
+ * interrupted runs of this chain dropped.
+ */
+static int
+run_inspect_server (struct run *r)
+{
+  json_t *req, *reply, *v;
+  char err[512];
+  size_t i;
+
   req = control_request (CONTROL_STATUS);
-  reply = control_call (o, req, err, sizeof err);
+  reply = control_call (r->o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("%s", err);
-    status = control_failure_status (o);
-    goto out;
+    return control_failure_status (r->o);
   }
-  size = json_u64 (json_object_get (reply, "origin"), "size");
+  r->size = json_u64 (json_object_get (reply, "origin"), "size");
   json_array_foreach (json_object_get (reply, "snapshots"), i, v) {
     const char *n = json_str (v, "name");
-    if (n && strncmp (n, prefix, strlen (prefix)) == 0) {
+    if (n && strncmp (n, r->prefix, strlen (r->prefix)) == 0) {
       backup_info ("dropping snapshot %s, left by an interrupted run", n);
-      drop_snapshot (o, n);
+      drop_snapshot (r, n);
     }
   }
   json_decref (reply);
-  if (size == 0) {
+  if (r->size == 0) {
     backup_error ("the server reports an empty origin: nothing to back up");
-    goto out;
+    return -1;
   }
+  /* Checkpoints of this chain other than the ones the manifest needs
+   * are leftovers; they are dropped once this run is recorded (keeping
+   * them until then keeps "changed since" exact whatever happens).
+   */
+  r->stale_ckpts = server_names (r->o, CONTROL_CHECKPOINT_LIST, "checkpoints",
+                                 r->prefix);
+  return 0;
+}
 
-  if (incremental) {
-    since = json_str (last, "checkpoint");
-    prev_image = json_str (last, "image");
-    block = json_u64 (last, "sum_block");
-    if (json_u64 (last, "size") != size) {
-      backup_error ("the origin's size changed since run %u (%" PRIu64
-                    " bytes, now %" PRIu64 "): an incremental is impossible; "
-                    "run with --full", seq - 1, json_u64 (last, "size"), size);
-      status = EXIT_NEED_FULL;
-      goto out;
-    }
-    sums = sums_read (d.fd, json_str (last, "sums"), block, size,
-                      err, sizeof err);
-    if (sums == NULL) {
-      backup_error ("%s/%s: %s; an incremental needs the previous run's "
-                    "sums: run with --full", dir_path,
-                    json_str (last, "sums") ? json_str (last, "sums") : "?",
-                    err);
-      status = EXIT_NEED_FULL;
-      goto out;
-    }
-  }
-  else {
-    block = sum_block_for (size);
+/* 4. The sums to start from: the base run's, or all zero for a full. */
+static int
+run_start_sums (struct run *r)
+{
+  char err[1024];
+
+  if (r->kind == RUN_FULL) {
+    r->block = sum_block_for (r->size);
     /* Blocks the copy skips (holes) read as zero. */
-    sums = sums_new_zero (block, size);
-    if (sums == NULL) {
+    r->sums = sums_new_zero (r->block, r->size);
+    if (r->sums == NULL) {
       backup_error ("out of memory");
-      goto out;
+      return EXIT_FAILED;
     }
+    return 0;
   }
-  /* Checkpoints of this chain other than the one the manifest names are
-   * leftovers; they are dropped once this run is recorded (dropping
-   * them now could only matter to an older checkpoint, and keeping them
-   * until then keeps "changed since" exact whatever the server does).
-   */
-  stale_ckpts = server_names (o, CONTROL_CHECKPOINT_LIST, "checkpoints",
-                              prefix);
-
-  /* The NBD server must be reachable (address, TLS) before anything is
-   * changed on it.
-   */
-  src[0] = connect_server (o->session->data_uri, !incremental);
-  if (src[0] == NULL) {
-    status = EXIT_UNREACHABLE;
-    goto out;
+  r->since = r->kind == RUN_DIFFERENTIAL ? diff_checkpoint (r->base)
+                                         : json_str (r->base, "checkpoint");
+  r->backing = run_image (r->base);
+  r->block = json_u64 (r->base, "sum_block");
+  if (json_u64 (r->base, "size") != r->size) {
+    backup_error ("the origin's size changed since run %" PRIu64 " (%" PRIu64
+                  " bytes, now %" PRIu64 "): an %s backup is impossible; "
+                  "run with --full", json_u64 (r->base, "seq"),
+                  json_u64 (r->base, "size"), r->size, kind_name (r->kind));
+    return EXIT_NEED_FULL;
   }
-  nsrc = 1;
-
-  /* 1. Snapshot and checkpoint at one instant. */
+  r->sums = run_sums (r->d.fd, r->dir_path, r->base, err, sizeof err);
+  if (r->sums == NULL) {
+    backup_error ("%s; an %s backup needs it: run with --full", err,
+                  kind_name (r->kind));
+    return EXIT_NEED_FULL;
+  }
+  /* The new image goes over the base run's chain: it must be the one
+   * the manifest records (qemu-nbd reads it to fill what is not copied).
+   */
   {
-    unsigned char rnd[2];
-    if (getrandom (rnd, sizeof rnd, 0) != sizeof rnd) {
-      backup_error ("getrandom: %m");
-      goto out;
-    }
-    snprintf (name, sizeof name, "%s%04u-%02x%02x", prefix, seq, rnd[0],
-              rnd[1]);
+    char **chain = NULL;
+    r->base_depth = chain_check (r->d.fd, r->dir_path, r->manifest, r->base,
+                                 &chain);
+    chain_free (chain);
+    if (r->base_depth < 0)
+      return EXIT_FAILED;
   }
-  snprintf (image, sizeof image, "%04u-%s.qcow2", seq,
-            incremental ? "incr" : "full");
-  snprintf (partial, sizeof partial, "%s.partial", image);
-  snprintf (sums_name, sizeof sums_name, "%04u.sums", seq);
+  return 0;
+}
+
+/* 5. Snapshot and checkpoint at one instant (the NBD server must be
+ * reachable first, so that a run that cannot copy changes nothing).
+ */
+static int
+run_take_snapshot (struct run *r)
+{
+  unsigned char rnd[2];
+  json_t *req, *reply;
+  char err[512];
+
+  r->src[0] = connect_server (r->o->session->data_uri, r->kind == RUN_FULL);
+  if (r->src[0] == NULL)
+    return EXIT_UNREACHABLE;
+  r->nsrc = 1;
+  if (getrandom (rnd, sizeof rnd, 0) != sizeof rnd) {
+    backup_error ("getrandom: %m");
+    return -1;
+  }
+  snprintf (r->name, sizeof r->name, "%s%04u-%02x%02x", r->prefix, r->seq,
+            rnd[0], rnd[1]);
+  snprintf (r->image, sizeof r->image, "%04u-%s.qcow2", r->seq,
+            r->kind == RUN_FULL ? "full"
+            : r->kind == RUN_INCREMENTAL ? "incr" : "diff");
+  snprintf (r->partial, sizeof r->partial, "%s.partial", r->image);
+  snprintf (r->sums_name, sizeof r->sums_name, "%04u.sums", r->seq);
   req = control_request (CONTROL_CREATE);
-  control_request_set_string (req, "name", name);
-  control_request_set_string (req, "checkpoint", name);
-  control_request_set_string (req, "checkpoint_owner", o->session->owner);
-  if (o->cow_dir) {
-    snprintf (cow_path, sizeof cow_path, "%s/%s.cow", o->cow_dir, name);
+  control_request_set_string (req, "name", r->name);
+  control_request_set_string (req, "checkpoint", r->name);
+  control_request_set_string (req, "checkpoint_owner", r->o->session->owner);
+  if (r->o->cow_dir) {
+    char cow_path[PATH_MAX + 128];
+    snprintf (cow_path, sizeof cow_path, "%s/%s.cow", r->cow_dir, r->name);
     control_request_set_string (req, "cow", cow_path);
   }
-  started = time (NULL);
-  t0 = tool_now ();
-  reply = control_call (o, req, err, sizeof err);
+  r->started = time (NULL);
+  r->t0 = tool_now ();
+  reply = control_call (r->o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("creating snapshot and checkpoint %s: %s (snapfg-backup "
                   "needs a server started with state=FILE and control=SOCKET)",
-                  name, err);
-    goto out;
+                  r->name, err);
+    return -1;
   }
   json_decref (reply);
-  snapshot_made = checkpoint_made = true;
+  r->snapshot_made = r->checkpoint_made = true;
+  return 0;
+}
 
-  /* 2. What to copy. */
-  if (open_export (src[0], o->session->data_uri, name) == -1)
-    goto out;
-  if ((uint64_t) nbd_get_size (src[0]) != size) {
+/* 6. What to copy: the changed ranges, or every data extent. */
+static int
+run_find_ranges (struct run *r)
+{
+  json_t *req, *reply, *a, *v;
+  char err[512];
+  size_t i;
+
+  if (open_export (r->src[0], r->o->session->data_uri, r->name) == -1)
+    return EXIT_FAILED;
+  if ((uint64_t) nbd_get_size (r->src[0]) != r->size) {
     backup_error ("export %s: %" PRId64 " bytes, the origin %" PRIu64,
-                  name, nbd_get_size (src[0]), size);
-    goto out;
+                  r->name, nbd_get_size (r->src[0]), r->size);
+    return EXIT_FAILED;
   }
-  if (incremental) {
-    json_t *a;
-    req = control_request (CONTROL_CHANGED);
-    control_request_set_string (req, "since", since);
-    control_request_set_string (req, "name", name);
-    reply = control_call (o, req, err, sizeof err);
-    json_decref (req);
-    if (reply == NULL) {
-      backup_error ("an incremental backup since checkpoint %s is "
-                    "impossible: %s; run with --full", since, err);
-      status = EXIT_NEED_FULL;
-      goto out;
-    }
-    a = json_object_get (reply, "ranges");
-    ranges = malloc ((json_array_size (a) + 1) * sizeof *ranges);
-    if (ranges == NULL) {
-      json_decref (reply);
-      backup_error ("out of memory");
-      goto out;
-    }
-    json_array_foreach (a, i, v)
-      ranges[nranges++] = (struct copy_range) { json_u64 (v, "offset"),
-                                                json_u64 (v, "length") };
+  if (r->kind == RUN_FULL)
+    return data_ranges (r->src[0], r->size, r->block, &r->ranges,
+                        &r->nranges) == -1 ? EXIT_FAILED : 0;
+  req = control_request (CONTROL_CHANGED);
+  control_request_set_string (req, "since", r->since);
+  control_request_set_string (req, "name", r->name);
+  reply = control_call (r->o, req, err, sizeof err);
+  json_decref (req);
+  if (reply == NULL) {
+    backup_error ("an %s backup since checkpoint %s is impossible: %s; run "
+                  "with --full", kind_name (r->kind), r->since, err);
+    return EXIT_NEED_FULL;
+  }
+  a = json_object_get (reply, "ranges");
+  r->ranges = malloc ((json_array_size (a) + 1) * sizeof *r->ranges);
+  if (r->ranges == NULL) {
     json_decref (reply);
-    nranges = normalise_ranges (ranges, nranges, block, size);
+    backup_error ("out of memory");
+    return EXIT_FAILED;
   }
-  else if (data_ranges (src[0], size, block, &ranges, &nranges) == -1)
-    goto out;
+  json_array_foreach (a, i, v)
+    r->ranges[r->nranges++] = (struct copy_range) { json_u64 (v, "offset"),
+                                                    json_u64 (v, "length") };
+  json_decref (reply);
+  r->nranges = normalise_ranges (r->ranges, r->nranges, r->block, r->size);
+  /* Nothing changed: the run is recorded without an image of its own. */
+  r->empty = r->nranges == 0;
+  return 0;
+}
+
+/* 7. The new image (created exclusively), then the copy into it. */
+static int
+run_copy (struct run *r)
+{
+  char err[1024], *stop_env;
+  int c;
 
   /* More connections when the server says they see the same data. */
-  if (nbd_can_multi_conn (src[0]) == 1)
-    while (nsrc < MAX_SOURCES) {
-      src[nsrc] = connect_export (o->session->data_uri, name);
-      if (src[nsrc] == NULL)
+  if (nbd_can_multi_conn (r->src[0]) == 1)
+    while (r->nsrc < MAX_SOURCES) {
+      r->src[r->nsrc] = connect_export (r->o->session->data_uri, r->name);
+      if (r->src[r->nsrc] == NULL)
         break;
-      nsrc++;
+      r->nsrc++;
     }
-
-  /* 3. The new image, then the copy. */
-  {
-    char size_arg[32];
-    char *create_full[] = { "qemu-img", "create", "-q", "-f", "qcow2",
-                            partial, size_arg, NULL };
-    char *create_incr[] = { "qemu-img", "create", "-q", "-f", "qcow2",
-                            "-b", (char *) prev_image, "-F", "qcow2",
-                            partial, size_arg, NULL };
-    char path[PATH_MAX];
-    snprintf (size_arg, sizeof size_arg, "%" PRIu64, size);
-    if (run_command (dir_path, incremental ? create_incr : create_full) == -1)
-      goto out;
-    snprintf (path, sizeof path, "%s/%s", dir_path, partial);
-    dst = open_image (path, "qcow2", false);
-    if (dst == NULL)
-      goto out;
-    if ((uint64_t) nbd_get_size (dst) != size) {
-      backup_error ("%s: qemu-nbd serves %" PRId64 " bytes, expected %"
-                    PRIu64, path, nbd_get_size (dst), size);
-      goto out;
-    }
+  test_pause ("before-image");
+  c = image_create (r->d.fd, r->dir_path, r->partial, r->size, r->backing,
+                    &r->access);
+  if (c == -2)
+    return -1;
+  r->image_made = true;
+  if (c == -1)
+    return -1;
+  r->dst = image_open (r->dir_path, r->partial,
+                       1 + r->base_depth,
+                       &r->access, false);
+  if (r->dst == NULL)
+    return -1;
+  if ((uint64_t) nbd_get_size (r->dst) != r->size) {
+    backup_error ("%s/%s: qemu-nbd serves %" PRId64 " bytes, expected %"
+                  PRIu64, r->dir_path, r->partial, nbd_get_size (r->dst),
+                  r->size);
+    return -1;
   }
-  memset (&job, 0, sizeof job);
-  job.src = src;
-  job.nsrc = nsrc;
-  job.dst = dst;
-  job.ranges = ranges;
-  job.nranges = nranges;
-  job.size = size;
-  job.block = block;
-  job.sums = sums;
-  job.write_zeroes = incremental;
-  job.what = incremental ? "incremental backup" : "full backup";
+  memset (&r->job, 0, sizeof r->job);
+  r->job.src = r->src;
+  r->job.nsrc = r->nsrc;
+  r->job.dst = r->dst;
+  r->job.ranges = r->ranges;
+  r->job.nranges = r->nranges;
+  r->job.size = r->size;
+  r->job.block = r->block;
+  r->job.sums = r->sums;
+  r->job.write_zeroes = r->kind != RUN_FULL;
+  r->job.what = r->kind == RUN_FULL ? "full backup"
+              : r->kind == RUN_INCREMENTAL ? "incremental backup"
+              : "differential backup";
   stop_env = getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER");
   if (stop_env)
-    job.stop_after = strtoull (stop_env, NULL, 10);
-  if (copy_run (&job, err, sizeof err) == -1) {
-    backup_error ("backup of snapshot %s failed: %s", name, err);
-    goto out;
+    r->job.stop_after = strtoull (stop_env, NULL, 10);
+  if (copy_run (&r->job, err, sizeof err) == -1) {
+    backup_error ("backup of snapshot %s failed: %s", r->name, err);
+    return -1;
   }
-  if (nbd_flush (dst, 0) == -1) {
-    backup_error ("%s/%s: flush: %s", dir_path, partial, nbd_get_error ());
-    goto out;
+  if (nbd_flush (r->dst, 0) == -1) {
+    backup_error ("%s/%s: flush: %s", r->dir_path, r->partial,
+                  nbd_get_error ());
+    return -1;
   }
-  disconnect (dst);             /* waits for qemu-nbd to exit */
-  dst = NULL;
-  if (fsync_file (d.fd, partial) == -1) {
-    backup_error ("%s/%s: fsync: %m", dir_path, partial);
-    goto out;
+  disconnect (r->dst);          /* waits for qemu-nbd to exit */
+  r->dst = NULL;
+  if (fsync_file (r->d.fd, r->partial) == -1) {
+    backup_error ("%s/%s: fsync: %m", r->dir_path, r->partial);
+    return -1;
   }
+  test_pause ("after-copy");
+  return 0;
+}
 
-  /* 4. The snapshot has served its purpose. */
-  for (i = 0; i < nsrc; ++i)
-    disconnect (src[i]);
-  nsrc = 0;
-  drop_snapshot (o, name);
-  snapshot_made = false;
-  finished = time (NULL);
+/* 8. The snapshot has served its purpose; the sums, then the manifest,
+ * then the image's rename (the crash-safe order at the top of
+ * snapfg-backup.c).
+ */
+static int
+run_record (struct run *r)
+{
+  unsigned char copied_sum[SHA256_LEN], disk_sum[SHA256_LEN];
+  char err[1024], hex1[65], hex2[65], when[32];
+  const char *sums_name = r->sums_name, *image = r->image;
+  uint64_t rb = 0;
+  json_t *run;
+  size_t i;
 
-  /* 5. Record the run. */
-  if (sums_write (d.fd, sums_name, block, size, sums, err, sizeof err) == -1) {
-    backup_error ("%s/%s", dir_path, err);
-    goto out;
+  for (i = 0; i < r->nsrc; ++i)
+    disconnect (r->src[i]);
+  r->nsrc = 0;
+  drop_snapshot (r, r->name);
+  r->snapshot_made = false;
+  r->finished = time (NULL);
+
+  if (r->empty) {
+    /* The disk is the base run's: its image and its sums say it all. */
+    sums_name = json_str (r->base, "sums");
+    image = run_image (r->base);
   }
-  sums_digest (sums, block, ranges, nranges, size, copied_sum);
-  sums_digest (sums, block, NULL, 0, size, disk_sum);
+  else if (sums_write (r->d.fd, r->sums_name, r->block, r->size, r->sums,
+                       err, sizeof err) == -1) {
+    backup_error ("%s/%s", r->dir_path, err);
+    return -1;
+  }
+  sums_digest (r->sums, r->block, r->ranges, r->nranges, r->size, copied_sum);
+  sums_digest (r->sums, r->block, NULL, 0, r->size, disk_sum);
   hex_digest (copied_sum, hex1);
   hex_digest (disk_sum, hex2);
-  iso_time (started, when);
+  iso_time (r->started, when);
+  for (i = 0; i < r->nranges; ++i)
+    rb += r->ranges[i].length;
   run = json_pack ("{s:i, s:s, s:s, s:s?, s:s, s:s, s:s?, s:s, s:I, s:I,"
                    " s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:s, s:s, s:s}",
-                   "seq", (int) seq,
-                   "type", incremental ? "incremental" : "full",
+                   "seq", (int) r->seq,
+                   "type", kind_name (r->kind),
                    "image", image,
-                   "backing", incremental ? prev_image : NULL,
-                   "snapshot", name,
-                   "checkpoint", name,
-                   "since", incremental ? since : NULL,
+                   "backing", r->empty ? json_str (r->base, "backing")
+                                       : r->backing,
+                   "snapshot", r->name,
+                   "checkpoint", r->name,
+                   "since", r->since,
                    "time", when,
-                   "started", (json_int_t) started,
-                   "finished", (json_int_t) finished,
-                   "size", (json_int_t) size,
-                   "sum_block", (json_int_t) block,
-                   "bytes_read", (json_int_t) job.bytes_read,
-                   "bytes_copied", (json_int_t) job.bytes_written,
-                   "bytes_zeroed", (json_int_t) job.bytes_zeroed,
-                   "ranges_bytes", (json_int_t) 0,
-                   "ranges", (int) nranges,
+                   "started", (json_int_t) r->started,
+                   "finished", (json_int_t) r->finished,
+                   "size", (json_int_t) r->size,
+                   "sum_block", (json_int_t) r->block,
+                   "bytes_read", (json_int_t) r->job.bytes_read,
+                   "bytes_copied", (json_int_t) r->job.bytes_written,
+                   "bytes_zeroed", (json_int_t) r->job.bytes_zeroed,
+                   "ranges_bytes", (json_int_t) rb,
+                   "ranges", (int) r->nranges,
                    "sums", sums_name,
                    "copied_sha256", hex1,
                    "disk_sha256", hex2);
   if (run == NULL) {
     backup_error ("out of memory");
-    goto out;
+    return -1;
   }
-  {
-    uint64_t rb = 0;
-    for (i = 0; i < nranges; ++i)
-      rb += ranges[i].length;
-    json_object_set_new (run, "ranges_bytes", json_integer (rb));
-  }
-  json_array_append_new (runs, run);
-  if (manifest_write (d.fd, dir_path, manifest, err, sizeof err) == -1) {
+  if (r->empty)
+    json_object_set_new (run, "empty", json_true ());
+  if (r->kind == RUN_DIFFERENTIAL)
+    json_object_set_new (run, "base", json_integer (json_u64 (r->base,
+                                                              "seq")));
+  if (r->access.key_file)
+    json_object_set_new (run, "encrypted", json_true ());
+  if (r->access.compress && !r->empty)
+    json_object_set_new (run, "compression", json_string (r->access.compress));
+  json_array_append_new (r->runs, run);
+  if (manifest_write (r->d.fd, r->dir_path, r->manifest, err, sizeof err)
+      == -1) {
     backup_error ("%s", err);
-    json_array_remove (runs, json_array_size (runs) - 1);
-    goto out;
+    json_array_remove (r->runs, json_array_size (r->runs) - 1);
+    return -1;
   }
-  recorded = true;
-  /* 6. Into the chain. */
-  if (renameat (d.fd, partial, d.fd, image) == -1 || fsync_dir (d.fd) == -1) {
+  r->recorded = true;
+  if (!r->empty &&
+      (renameat (r->d.fd, r->partial, r->d.fd, r->image) == -1 ||
+       fsync_dir (r->d.fd) == -1)) {
     backup_error ("%s/%s: rename to %s: %m (the next run finishes it)",
-                  dir_path, partial, image);
+                  r->dir_path, r->partial, r->image);
+    return -1;
+  }
+  return 0;
+}
+
+/* 9. Checkpoints no run needs any more: all of this chain's but this
+ * run's, and for a differential the one its full is since (the next
+ * differential starts there too).
+ */
+static void
+run_drop_old_checkpoints (struct run *r)
+{
+  const char *keep = r->kind == RUN_DIFFERENTIAL ? r->since : NULL;
+  json_t *v;
+  size_t i;
+
+  if (r->last && json_str (r->last, "checkpoint") &&
+      (!keep || strcmp (keep, json_str (r->last, "checkpoint")) != 0))
+    drop_checkpoint (r->o, json_str (r->last, "checkpoint"));
+  json_array_foreach (r->stale_ckpts, i, v) {
+    const char *n = json_string_value (v);
+    if ((!r->last || !json_str (r->last, "checkpoint") ||
+         strcmp (n, json_str (r->last, "checkpoint")) != 0) &&
+        (!keep || strcmp (n, keep) != 0))
+      drop_checkpoint (r->o, n);
+  }
+}
+
+/* A run that is not recorded leaves the server and the directory as it
+ * found them.
+ */
+static void
+run_cleanup (struct run *r, bool ok)
+{
+  size_t i;
+
+  if (r->dst)
+    disconnect (r->dst);
+  if (!ok && !r->recorded && r->image_made)
+    unlinkat (r->d.fd, r->partial, 0);
+  for (i = 0; i < r->nsrc; ++i)
+    disconnect (r->src[i]);
+  if (r->snapshot_made)
+    drop_snapshot (r, r->name);
+  /* Without its new checkpoint, the older one tracks again (the server
+   * folds the dropped checkpoint's bits into it).  If this fails too,
+   * the next run drops it as a leftover.
+   */
+  if (r->checkpoint_made && !r->recorded)
+    drop_checkpoint (r->o, r->name);
+  /* A directory this run made and could not fill is not left behind. */
+  if (!ok && r->dir_created && !r->recorded && r->d.fd >= 0) {
+    unlinkat (r->d.fd, ".lock", 0);
+    rmdir (r->dir_path);
+  }
+  free (r->ranges);
+  free (r->sums);
+  json_decref (r->stale_ckpts);
+  json_decref (r->manifest);
+  if (r->d.fd >= 0)
+    close (r->d.fd);
+  if (r->d.lock_fd >= 0)
+    close (r->d.lock_fd);
+}
+
+/* --cow-dir: the server runs in "/", so an absolute path; created
+ * (0700) if missing.
+ */
+static int
+run_cow_dir (struct run *r)
+{
+  if (r->o->cow_dir == NULL)
+    return 0;
+  if (mkdir (r->o->cow_dir, 0700) == -1 && errno != EEXIST) {
+    backup_error ("--cow-dir %s: cannot create it: %m", r->o->cow_dir);
+    return -1;
+  }
+  if (realpath (r->o->cow_dir, r->cow_dir) == NULL) {
+    backup_error ("--cow-dir %s: %m", r->o->cow_dir);
+    return -1;
+  }
+  return 0;
+}
+
+int
+cmd_backup (const struct backup_options *o, const char *dir_path)
+{
+  struct run r = { .o = o, .dir_path = dir_path,
+                   .d = { .fd = -1, .lock_fd = -1 } };
+  int status = EXIT_FAILED, s;
+
+  if (run_cow_dir (&r) == -1 || run_open_dir (&r) == -1)
+    goto out;
+  if ((s = run_choose_kind (&r)) != 0) {
+    status = s;
     goto out;
   }
+  if ((s = run_inspect_server (&r)) != 0) {
+    status = s < 0 ? EXIT_FAILED : s;
+    goto out;
+  }
+  if ((s = run_start_sums (&r)) != 0) {
+    status = s;
+    goto out;
+  }
+  if ((s = run_take_snapshot (&r)) != 0) {
+    status = s < 0 ? EXIT_FAILED : s;
+    goto out;
+  }
+  if ((s = run_find_ranges (&r)) != 0) {
+    status = s;
+    goto out;
+  }
+  if (!r.empty && run_copy (&r) == -1)
+    goto out;
+  if (run_record (&r) == -1)
+    goto out;
   status = EXIT_OK;
-
-  /* 7. Older checkpoints: the one this run started from, and leftovers. */
-  if (last)
-    drop_checkpoint (o, json_str (last, "checkpoint"));
-  json_array_foreach (stale_ckpts, i, v)
-    if (!last || strcmp (json_string_value (v),
-                         json_str (last, "checkpoint")) != 0)
-      drop_checkpoint (o, json_string_value (v));
-
-  backup_report_run (run, dir_path, tool_now () - t0);
-
+  run_drop_old_checkpoints (&r);
+  backup_report_run (json_array_get (r.runs, json_array_size (r.runs) - 1),
+                     dir_path, tool_now () - r.t0);
  out:
-  if (dst)
-    disconnect (dst);
-  /* A run that is not in the manifest leaves no image behind. */
-  if (status != EXIT_OK && !recorded && partial[0])
-    unlinkat (d.fd, partial, 0);
-  for (i = 0; i < nsrc; ++i)
-    disconnect (src[i]);
-  if (snapshot_made)
-    drop_snapshot (o, name);
-  /* A failed run leaves the server as it found it: without its new
-   * checkpoint, the older one tracking again (the server folds the
-   * dropped checkpoint's bits into it).  If this fails too, the next
-   * run drops it as a leftover.
-   */
-  if (checkpoint_made && !recorded)
-    drop_checkpoint (o, name);
-  free (ranges);
-  free (sums);
-  json_decref (stale_ckpts);
-  json_decref (manifest);
-  close (d.fd);
-  if (d.lock_fd >= 0)
-    close (d.lock_fd);
+  run_cleanup (&r, status == EXIT_OK);
   return status;
+}
+
+/* Drop a snapshot; with --cow-dir remove its store too. */
+static int
+drop_snapshot (struct run *r, const char *name)
+{
+  json_t *req = control_request (CONTROL_DROP);
+
+  control_request_set_string (req, "name", name);
+  if (server_request (r->o, req, "dropping snapshot", name) == -1)
+    return -1;
+  if (r->o->cow_dir) {
+    char path[PATH_MAX + 128];
+    snprintf (path, sizeof path, "%s/%s.cow", r->cow_dir, name);
+    unlink (path);
+  }
+  return 0;
 }

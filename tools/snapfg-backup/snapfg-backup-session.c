@@ -182,7 +182,8 @@ open_remote (struct backup_options *o, struct backup_session *s)
   }
   if (asprintf (&local, "%s/nbd.sock", s->tmpdir) == -1)
     goto oom;
-  if (forward_for (o->uri, local, &remote, &s->data_uri) == -1) {
+  /* prune needs no data: no -u, no forward. */
+  if (o->uri && forward_for (o->uri, local, &remote, &s->data_uri) == -1) {
     backup_error ("-u %s: with -H the NBD URI is nbd+unix:///?socket=PATH "
                   "or nbd://HOST:PORT/ as the server's machine sees it "
                   "(forwarded over ssh), or nbds://HOST/ (TLS, direct)",
@@ -276,7 +277,7 @@ session_open (struct backup_options *o, const char *dir_path)
     backup_error ("%s", s->ctl.error);
     status = EXIT_UNREACHABLE;
   }
-  else if ((s->data_uri = strdup (o->uri)) == NULL) {
+  else if (o->uri && (s->data_uri = strdup (o->uri)) == NULL) {
     backup_error ("out of memory");
     status = EXIT_FAILED;
   }

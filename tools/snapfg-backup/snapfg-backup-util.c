@@ -14,6 +14,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "snapfg-backup.h"
@@ -21,8 +23,9 @@
 int
 run_command (const char *dir, char *const argv[])
 {
-  pid_t pid;
+  pid_t pid, parent = getpid ();
   int st;
+  bool stopped = false;
 
   fflush (stderr);
   pid = fork ();
@@ -31,7 +34,15 @@ run_command (const char *dir, char *const argv[])
     return -1;
   }
   if (pid == 0) {
-    int fd = open ("/dev/null", O_WRONLY);
+    int fd;
+    /* Its own process group, so that a terminal's ^C reaches the tool,
+     * which stops it (below); and killed if the tool dies first.
+     */
+    setpgid (0, 0);
+    prctl (PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid () != parent)
+      _exit (127);
+    fd = open ("/dev/null", O_WRONLY);
     if (fd >= 0) {
       dup2 (fd, 1);
       close (fd);
@@ -45,11 +56,17 @@ run_command (const char *dir, char *const argv[])
              argv[0]);
     _exit (127);
   }
-  while (waitpid (pid, &st, 0) == -1)
+  while (waitpid (pid, &st, 0) == -1) {
     if (errno != EINTR) {
       backup_error ("waitpid: %m");
+      kill (-pid, SIGKILL);
       return -1;
     }
+    if (backup_interrupted && !stopped) {
+      kill (-pid, SIGTERM);
+      stopped = true;
+    }
+  }
   if (!WIFEXITED (st) || WEXITSTATUS (st) != 0) {
     backup_error ("%s failed (%s %d)", argv[0],
                   WIFEXITED (st) ? "exit status" : "signal",
@@ -67,10 +84,18 @@ backup_report_run (json_t *run, const char *dir_path, double seconds)
 
   tool_format_rate (rate, sizeof rate, json_u64 (run, "bytes_read"),
                     seconds);
-  backup_info ("run %" PRIu64 ": %s backup %s/%s, %" PRIu64 " bytes copied, %"
-               PRIu64 " zeroed; read %s", json_u64 (run, "seq"),
-               json_str (run, "type"), dir_path, json_str (run, "image"),
-               bytes, json_u64 (run, "bytes_zeroed"), rate);
+  if (json_is_true (json_object_get (run, "empty")))
+    backup_info ("run %" PRIu64 ": nothing changed since run %" PRIu64
+                 ": recorded an empty %s run (no image); read %s",
+                 json_u64 (run, "seq"),
+                 json_u64 (run, "base") ? json_u64 (run, "base")
+                 : json_u64 (run, "seq") - 1, json_str (run, "type"), rate);
+  else
+    backup_info ("run %" PRIu64 ": %s backup %s/%s, %" PRIu64 " bytes "
+                 "copied, %" PRIu64 " zeroed; read %s",
+                 json_u64 (run, "seq"), json_str (run, "type"), dir_path,
+                 json_str (run, "image"), bytes,
+                 json_u64 (run, "bytes_zeroed"), rate);
   if (tool_out.json) {
     json_t *o = json_deep_copy (run);
 

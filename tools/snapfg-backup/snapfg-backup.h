@@ -4,7 +4,7 @@
  * chain of qcow2 images.  Declarations shared by its source files:
  *
  *   snapfg-backup.c           the command line (main)
- *   snapfg-backup-util.c      running qemu-img and other commands
+ *   snapfg-backup-util.c      running qemu-img; the line that ends a run
  *   snapfg-backup-session.c   the session with the server: the control
  *                             connection, local or over SSH (-H), and
  *                             the NBD URI the data comes through
@@ -12,12 +12,17 @@
  *   snapfg-backup-restore.c   the restore command
  *   snapfg-backup-dir.c       the backup directory: lock, names, leftovers
  *   snapfg-backup-nbd.c       NBD connections (server, qemu-nbd), extents
- *   snapfg-backup-control.c   control requests of a run (through the
+ *   snapfg-backup-control.c   control requests through the session (the
  *                             control client shared with snapfgctl,
  *                             tools/common/control-client.c)
  *   snapfg-backup-copy.c      the libnbd copy engine (many requests in
  *                             flight over several connections)
  *   snapfg-backup-manifest.c  DIR/manifest.json and the block sums files
+ *   snapfg-backup-image.c     the qcow2 images: created exclusively, opened
+ *                             through qemu-nbd (keys, compression), the
+ *                             chain checked against the manifest
+ *   snapfg-backup-verify.c    the verify and list commands
+ *   snapfg-backup-prune.c     the prune command
  */
 #ifndef SNAPFG_BACKUP_H
 #define SNAPFG_BACKUP_H
@@ -72,9 +77,17 @@ struct backup_options {
   bool full;
   long at;                      /* -1: the latest run */
   const char *format;
+  bool no_verify;               /* restore: --no-verify */
+  bool diff;                    /* backup: --diff (since the last full) */
+  const char *compress;         /* backup: --compress[=zstd|zlib], or NULL */
+  bool encrypt;                 /* backup: --encrypt */
+  const char *key_file;         /* --key-file F, or NULL */
+  bool all;                     /* verify: --all */
+  long keep_last;               /* prune: --keep-last N (-1: not given) */
+  bool json;                    /* --json: one JSON document on stdout */
 
   /* The session with the server (snapfg-backup-session.c), open while a
-   * backup runs.
+   * command that talks to it runs.
    */
   struct backup_session *session;
 };
@@ -83,6 +96,12 @@ struct backup_options {
 extern int cmd_backup (const struct backup_options *o, const char *dir_path);
 extern int cmd_restore (const struct backup_options *o, const char *dir_path,
                         const char *out);
+extern int cmd_verify (const struct backup_options *o, const char *dir_path);
+extern int cmd_list (const struct backup_options *o, const char *dir_path);
+extern int cmd_prune (const struct backup_options *o, const char *dir_path);
+
+/* Print DOC (consumed) on stdout as one JSON document. */
+extern void print_json (json_t *doc);
 
 /* Run ARGV (no shell) with stdout to /dev/null; in DIR if not NULL.
  * 0, or -1 after a message.
@@ -120,9 +139,20 @@ struct backup_dir {
   int lock_fd;
 };
 
-/* Open DIR (creating it if asked); 0, or -1 after a message. */
+/* Open DIR (creating it if asked, mode 0700; *created says whether it
+ * was); 0, or -1 after a message.
+ */
 extern int open_backup_dir (const char *path, bool create,
                             struct backup_dir *d);
+extern int open_backup_dir_created (const char *path, bool create,
+                                    struct backup_dir *d, bool *created);
+/* A directory the tool writes in must be its user's (or root's) and
+ * writable by nobody else: a user who can write it could plant links
+ * or swap files.  0, or -1 after a message that says how to fix it.
+ */
+extern int check_private_dir (struct backup_dir *d);
+/* A name snapfg-backup writes, and the run number it carries. */
+extern bool backup_file_name (const char *name, unsigned *seq, bool *partial);
 /* Only one run at a time in a directory. */
 extern int lock_backup_dir (struct backup_dir *d);
 /* A directory without a manifest may start a chain only if it is empty
@@ -259,5 +289,91 @@ extern unsigned char *sums_new_zero (uint64_t block, uint64_t size);
  */
 extern int fsync_dir (int dirfd);
 extern int fsync_file (int dirfd, const char *name);
+
+/* --- images (snapfg-backup-image.c) --- */
+
+#define KEY_SECRET_ID "snapfg-backup-key"
+
+/* How a run's images are written and read. */
+struct image_access {
+  const char *key_file;         /* the images are LUKS-encrypted: the key */
+  const char *compress;         /* writes as compressed clusters: zstd,
+                                   zlib; NULL: plain */
+};
+
+/* Create NAME in DIRFD exclusively (create_in_dir), then have qemu-img
+ * write a qcow2 image of SIZE into that very file (through
+ * /proc/self/fd/N, so no name in the directory is followed), over
+ * BACKING (a name relative to the directory, or NULL).  Checks that the
+ * name still is the file created.  0, or -1 after a message.
+ */
+extern int image_create (int dirfd, const char *dir, const char *name,
+                         uint64_t size, const char *backing,
+                         const struct image_access *a);
+/* Open DIR/NAME, a qcow2 image over DEPTH - 1 backing images, through
+ * qemu-nbd (read-only, or writable with A's compression).
+ */
+extern struct nbd_handle *image_open (const char *dir, const char *name,
+                                      size_t depth,
+                                      const struct image_access *a,
+                                      bool readonly);
+/* A new file OUT for restore: created exclusively; for qcow2 made an
+ * empty image of SIZE, for raw truncated to SIZE; then opened through
+ * qemu-nbd.  *fd is the file (fsync and rename it), *tmp its name.
+ */
+extern struct nbd_handle *output_open (const char *tmp, const char *format,
+                                       uint64_t size, int *fd);
+
+/* The images run RUN reads, from its own to the full one, checked
+ * against the manifest before anything reads them: each name is the one
+ * the manifest records, a regular file (not a link), a qcow2 image of
+ * the run's size whose backing name is the manifest's, no name twice,
+ * no external data file.  Returns the depth (>= 1) and the names in
+ * *chain (NULL-terminated, the run's own first; chain_free; the first
+ * may be NAME.partial, see the order of a run), or -1 after a message
+ * naming the run and the file.
+ */
+extern int chain_check (int dirfd, const char *dir, json_t *manifest,
+                        json_t *run, char ***chain);
+extern void chain_free (char **chain);
+
+/* The manifest's run SEQ (NULL if none). */
+extern json_t *manifest_run (json_t *manifest, uint64_t seq);
+/* The run's image (the one restore reads): empty runs name their
+ * predecessor's.
+ */
+static inline const char *
+run_image (json_t *run)
+{
+  return json_string_value (json_object_get (run, "image"));
+}
+
+/* Read RUN's sums and check them against its disk_sha256: the sums,
+ * or NULL with the reason in err (naming the run and the file).
+ */
+extern unsigned char *run_sums (int dirfd, const char *dir, json_t *run,
+                                char *err, size_t err_len);
+/* Read H (RUN's disk) and compare every block with EXPECTED; 0 when it
+ * matches, -1 after a message.  WHAT names the pass (progress line),
+ * LABEL the disk in the message ("the restored disk").
+ */
+extern int verify_disk (struct nbd_handle *h, json_t *run,
+                        const unsigned char *expected, const char *what,
+                        const char *label);
+/* Compare sums GOT with EXPECTED (RUN's): 0, or -1 after a message
+ * naming the first block that differs.
+ */
+extern int sums_compare (const unsigned char *got,
+                         const unsigned char *expected, json_t *run,
+                         const char *label);
+/* The run's image access (key when encrypted), or -1 after a message
+ * when the run is encrypted and no --key-file was given.
+ */
+extern int run_access (const struct backup_options *o, json_t *run,
+                       struct image_access *a);
+/* Wait while SNAPFG_BACKUP_TEST_PAUSE names POINT, until the file
+ * $SNAPFG_BACKUP_TEST_RESUME exists (tests only).
+ */
+extern void test_pause (const char *point);
 
 #endif
