@@ -29,7 +29,6 @@
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
@@ -40,6 +39,7 @@
 #include "catalogue-internal.h"
 #include "file-lock.h"
 #include "full-io.h"
+#include "random-uuid.h"
 #include "snapfg-log.h"
 
 #define CATALOGUE_FORMAT "snapfg-catalogue"
@@ -277,7 +277,7 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
   if (len == 0) {
     /* The file this open created: a new catalogue.  Nothing to lose. */
     free (text);
-    catalogue_uuid (cat->id);
+    random_uuid (cat->id);
     cat->root = json_pack ("{s:s, s:i, s:s, s:{s:s, s:I}, s:[], s:[], s:[]}",
                            "format", CATALOGUE_FORMAT,
                            "version", CATALOGUE_VERSION,

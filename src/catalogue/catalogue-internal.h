@@ -2,9 +2,11 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the catalogue's internals, shared by its source files:
  *
- *   catalogue.c          open, close, the state directory, events
- *   catalogue-file.c     the file: reading and checking it, the locked
- *                        atomic rewrite (commit)
+ *   catalogue.c          open (with its checks), release, close, the state
+ *                        directory, the server's own files
+ *   catalogue-file.c     the file: reading it, the locked atomic
+ *                        rewrite (commit), held changes
+ *   catalogue-check.c    every record checked before a start uses it
  *   catalogue-records.c  the snapshot and checkpoint records
  *
  * Not for anyone else: the rest of snapfg uses catalogue.h.
@@ -62,7 +64,7 @@ extern int catalogue_load_document (struct catalogue *cat,
  * cat->lock held.
  */
 extern int catalogue_write (struct catalogue *cat, json_t *doc);
-/* Is v a uuid as catalogue_uuid writes them (36 characters, lower-case
+/* Is v a uuid as random_uuid writes them (36 characters, lower-case
  * hex digits and dashes at 8, 13, 18 and 23)?
  */
 extern bool catalogue_is_uuid (json_t *v);

@@ -19,7 +19,6 @@
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
@@ -29,29 +28,6 @@
 #include "device.h"
 #include "scoped-lock.h"
 #include "snapfg-log.h"
-
-void
-catalogue_uuid (char out[37])
-{
-  unsigned char b[16];
-  ssize_t n = getrandom (b, sizeof b, 0);
-
-  if (n != (ssize_t) sizeof b) {
-    /* Cannot happen on Linux ≥ 3.17; fall back to something unique. */
-    struct timespec ts;
-    clock_gettime (CLOCK_REALTIME, &ts);
-    uint64_t a = ts.tv_sec ^ ((uint64_t) getpid () << 32), c = ts.tv_nsec;
-    memcpy (b, &a, 8);
-    memcpy (b + 8, &c, 8);
-  }
-  b[6] = (b[6] & 0x0f) | 0x40;     /* version 4 (random) */
-  b[8] = (b[8] & 0x3f) | 0x80;
-  snprintf (out, 37,
-            "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
-            "%02x%02x%02x%02x%02x%02x",
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
-            b[10], b[11], b[12], b[13], b[14], b[15]);
-}
 
 static char *
 dir_of (const char *path)

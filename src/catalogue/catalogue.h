@@ -175,7 +175,4 @@ extern int catalogue_checkpoints_set (struct catalogue *cat,
                                       const struct catalogue_checkpoint *list,
                                       size_t n);
 
-/* A new random (version 4) uuid, as the catalogue and bindings use. */
-extern void catalogue_uuid (char out[37]);
-
 #endif

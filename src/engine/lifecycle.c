@@ -25,6 +25,7 @@
 
 #include "engine-internal.h"
 #include "catalogue.h"
+#include "random-uuid.h"
 #include "self-reference.h"
 #include "snapfg-log.h"
 
@@ -55,7 +56,7 @@ lifecycle_record (struct snapfg_engine *e, struct snapfg_snapshot *s,
   if (s->store->uuid[0])
     snprintf (rec.uuid, sizeof rec.uuid, "%s", s->store->uuid);
   else
-    catalogue_uuid (rec.uuid);  /* a transient store has no binding */
+    random_uuid (rec.uuid);  /* a transient store has no binding */
   return catalogue_snapshot_put (e->catalogue, &rec);
 }
 
