@@ -101,14 +101,14 @@ main (void)
   CHECK (cbt_check_granularity (2048, 4096) != NULL);
   CHECK (cbt_check_granularity (0, 512) != NULL);
 
-  r = cbt_bitmap_create (path, 65536, size, &bm);
+  r = cbt_bitmap_create (path, 65536, size, NULL, &bm);
   CHECK (r == 0);
   if (r < 0)
     return 1;
   CHECK (bm->granules == 101);
   CHECK (file_flags (path) == CBT_FLAG_DIRTY);
   /* O_EXCL: never replaces a file. */
-  CHECK (cbt_bitmap_create (path, 65536, size, &bm2) < 0);
+  CHECK (cbt_bitmap_create (path, 65536, size, NULL, &bm2) < 0);
 
   /* A mark is in the file when mark returns (no sync needed). */
   cbt_bitmap_mark (bm, 65536 * 3 + 10, 1);
@@ -131,7 +131,7 @@ main (void)
     struct racer rc[8];
     int all = 1;
 
-    r = cbt_bitmap_create (path2, 65536, 256 * 65536, &big);
+    r = cbt_bitmap_create (path2, 65536, 256 * 65536, NULL, &big);
     CHECK (r == 0);
     for (int i = 0; i < 8; ++i) {
       rc[i].bm = big;
@@ -150,17 +150,17 @@ main (void)
 
   /* "kill -9": close without cleaning; same boot: consistent, bits kept. */
   cbt_bitmap_close (bm);
-  r = cbt_bitmap_open (path, size, &bm, why, sizeof why);
+  r = cbt_bitmap_open (path, size, NULL, &bm, why, sizeof why);
   CHECK (r == 0);
   CHECK (!bm->inconsistent);
   CHECK (cbt_bitmap_count (bm) == 5 && cbt_bitmap_test (bm, 3));
   /* A wrong origin size is refused. */
-  CHECK (cbt_bitmap_open (path, size + 512, &bm2, why, sizeof why) < 0);
+  CHECK (cbt_bitmap_open (path, size + 512, NULL, &bm2, why, sizeof why) < 0);
   cbt_bitmap_close (bm);
 
   /* Another boot while in use: inconsistent, and flagged in the file. */
   setenv ("SNAPFG_TEST_BOOT_ID", "boot-two", 1);
-  r = cbt_bitmap_open (path, size, &bm, why, sizeof why);
+  r = cbt_bitmap_open (path, size, NULL, &bm, why, sizeof why);
   CHECK (r == 0 && bm->inconsistent);
   CHECK (strstr (why, "uncleanly") != NULL);
   CHECK (file_flags (path) & CBT_FLAG_INCONSISTENT);
@@ -168,17 +168,17 @@ main (void)
   unlink (path);
 
   /* A clean close survives another boot. */
-  r = cbt_bitmap_create (path, 65536, size, &bm);
+  r = cbt_bitmap_create (path, 65536, size, NULL, &bm);
   CHECK (r == 0);
   cbt_bitmap_mark (bm, 0, 1);
   CHECK (cbt_bitmap_set_clean (bm) == 0);
-  CHECK (file_flags (path) == 0);
+  CHECK (file_flags (path) == CBT_FLAG_SUMMED);
   cbt_bitmap_close (bm);
   setenv ("SNAPFG_TEST_BOOT_ID", "boot-three", 1);
-  r = cbt_bitmap_open (path, size, &bm, why, sizeof why);
+  r = cbt_bitmap_open (path, size, NULL, &bm, why, sizeof why);
   CHECK (r == 0 && !bm->inconsistent && cbt_bitmap_count (bm) == 1);
   CHECK (cbt_bitmap_set_dirty (bm) == 0);
-  CHECK (file_flags (path) == CBT_FLAG_DIRTY);
+  CHECK ((file_flags (path) & ~CBT_FLAG_BOUND) == CBT_FLAG_DIRTY);
 
   /* OR into a finer bitmap: 64K granule 2 covers 4K granules 32..47. */
   mem = cbt_bitmap_new_memory (4096, size);
@@ -199,12 +199,106 @@ main (void)
     memset (junk, 'x', sizeof junk);
     CHECK (write (fd, junk, sizeof junk) == sizeof junk);
     close (fd);
-    CHECK (cbt_bitmap_open (path2, size, &bm, why, sizeof why) < 0);
+    CHECK (cbt_bitmap_open (path2, size, NULL, &bm, why, sizeof why) < 0);
     CHECK (strstr (why, "not a snapfg checkpoint bitmap") != NULL);
     unlink (path2);
   }
 
   unlink (path);
+
+  /* Bindings: a bitmap is its checkpoint's, its catalogue's and its
+   * origin's; a clean close's checksum covers the bits.
+   */
+  {
+    struct cbt_binding a = { .catalogue_id = "11111111-2222-4333-8444-555555555555",
+                             .seq = 3, .name = "a", .origin_dev = 2049,
+                             .origin_ino = 77 };
+    struct cbt_binding b = a, other = a, moved = a;
+    int fd;
+    uint64_t w;
+
+    b.seq = 4;
+    strcpy (b.name, "b");
+    strcpy (other.catalogue_id, "99999999-2222-4333-8444-555555555555");
+    moved.origin_ino = 78;
+
+    CHECK (cbt_bitmap_create (path, 65536, size, &a, &bm) == 0);
+    cbt_bitmap_mark (bm, 5 * 65536, 1);
+    CHECK (cbt_bitmap_set_clean (bm) == 0);
+    CHECK (file_flags (path) == (CBT_FLAG_BOUND | CBT_FLAG_SUMMED));
+    cbt_bitmap_close (bm);
+
+    /* Its own: fine. */
+    CHECK (cbt_bitmap_open (path, size, &a, &bm, why, sizeof why) == 0);
+    CHECK (!bm->inconsistent && !bm->foreign);
+    cbt_bitmap_close (bm);
+    /* Another checkpoint's, another catalogue's: foreign, untouched. */
+    CHECK (cbt_bitmap_open (path, size, &b, &bm, why, sizeof why) == 0);
+    CHECK (bm->inconsistent && bm->foreign);
+    CHECK (strstr (why, "belongs to checkpoint \"a\"") != NULL);
+    cbt_bitmap_set_inconsistent (bm, "test", 0);    /* never written */
+    cbt_bitmap_close (bm);
+    CHECK (file_flags (path) == (CBT_FLAG_BOUND | CBT_FLAG_SUMMED));
+    CHECK (cbt_bitmap_open (path, size, &other, &bm, why, sizeof why) == 0);
+    CHECK (bm->inconsistent && bm->foreign);
+    CHECK (strstr (why, "another catalogue") != NULL);
+    cbt_bitmap_close (bm);
+    /* Another origin identity: inconsistent, unless origin-moved. */
+    CHECK (cbt_bitmap_open (path, size, &moved, &bm, why, sizeof why) == 0);
+    CHECK (bm->inconsistent && !bm->foreign);
+    CHECK (strstr (why, "another origin") != NULL);
+    cbt_bitmap_close (bm);
+    moved.origin_moved = true;
+    CHECK (cbt_bitmap_open (path, size, &moved, &bm, why, sizeof why) == 0);
+    CHECK (!bm->inconsistent && bm->binding.origin_ino == 78);
+    CHECK (cbt_bitmap_set_clean (bm) == 0);         /* rebound */
+    cbt_bitmap_close (bm);
+    moved.origin_moved = false;
+    CHECK (cbt_bitmap_open (path, size, &moved, &bm, why, sizeof why) == 0);
+    CHECK (!bm->inconsistent);
+    cbt_bitmap_close (bm);
+
+    /* A flipped bit under a clean close's checksum. */
+    fd = open (path, O_RDWR);
+    CHECK (fd >= 0 && pread (fd, &w, 8, CBT_HEADER_SIZE) == 8);
+    w ^= htole64 (1u << 9);
+    CHECK (pwrite (fd, &w, 8, CBT_HEADER_SIZE) == 8);
+    close (fd);
+    CHECK (cbt_bitmap_open (path, size, &moved, &bm, why, sizeof why) == 0);
+    CHECK (bm->inconsistent && strstr (why, "checksum") != NULL);
+    cbt_bitmap_close (bm);
+    unlink (path);
+
+    /* OR into a clean bitmap keeps its checksum right. */
+    CHECK (cbt_bitmap_create (path, 65536, size, &a, &bm) == 0);
+    CHECK (cbt_bitmap_set_clean (bm) == 0);
+    mem = cbt_bitmap_new_memory (65536, size);
+    cbt_bitmap_mark (mem, 7 * 65536, 1);
+    CHECK (cbt_bitmap_or (bm, mem) == 0);
+    cbt_bitmap_close (mem);
+    cbt_bitmap_close (bm);
+    CHECK (file_flags (path) == (CBT_FLAG_BOUND | CBT_FLAG_SUMMED));
+    CHECK (cbt_bitmap_open (path, size, &a, &bm, why, sizeof why) == 0);
+    CHECK (!bm->inconsistent && cbt_bitmap_test (bm, 7));
+    cbt_bitmap_close (bm);
+    unlink (path);
+
+    /* No binding (an older snapfg's): taken, and bound when written. */
+    CHECK (cbt_bitmap_create (path, 65536, size, NULL, &bm) == 0);
+    CHECK (cbt_bitmap_set_clean (bm) == 0);
+    cbt_bitmap_close (bm);
+    CHECK (file_flags (path) == CBT_FLAG_SUMMED);
+    CHECK (cbt_bitmap_open (path, size, &b, &bm, why, sizeof why) == 0);
+    CHECK (!bm->inconsistent);
+    CHECK (cbt_bitmap_set_clean (bm) == 0);
+    cbt_bitmap_close (bm);
+    CHECK (file_flags (path) == (CBT_FLAG_BOUND | CBT_FLAG_SUMMED));
+    CHECK (cbt_bitmap_open (path, size, &a, &bm, why, sizeof why) == 0);
+    CHECK (bm->foreign);
+    cbt_bitmap_close (bm);
+    unlink (path);
+  }
+
   rmdir (dir);
   if (failures) {
     fprintf (stderr, "test-cbt-bitmap: %d failures\n", failures);

@@ -29,7 +29,9 @@
 #include "snapfg-log.h"
 #include "unit-test.h"
 
-/* The decision tree binding_check was before it became a table. */
+/* The decision tree binding_check was before it became a table (with
+ * the name check of a catalogue's snapshot added since).
+ */
 static struct binding_decision
 reference (enum binding_request rq, unsigned f)
 {
@@ -53,6 +55,8 @@ reference (enum binding_request rq, unsigned f)
       D (BV_REFUSE, BR_NOT_RECORDED_STORE);
     if ((f & BF_MERGE_MARK) && !(f & BF_MERGE_EXPECTED))
       D (BV_REFUSE, BR_UNKNOWN_MERGE);
+    if (f & BF_OTHER_NAME)
+      D (BV_REFUSE, BR_OTHER_NAME);
     D (BV_ATTACH, BR_OK);
   }
   if (present && (f & BF_MODE_RUNTIME) && (f & BF_MERGE_MARK) &&
@@ -81,7 +85,12 @@ test_table (void)
   unsigned seen = 0;
 
   for (int rq = BIND_NONE; rq <= BIND_RESTORE; ++rq)
-    for (unsigned f = 0; f < (1u << 11); ++f) {
+    for (unsigned g = 0; g < (1u << 12); ++g) {
+      /* Bits 0..10, and bit 11 of g stands for BF_OTHER_NAME (bit 12;
+       * bit 11 is the informational BF_ORIGIN_REBOUND, checked below).
+       */
+      unsigned f = (g & 0x7ff) | (g & 0x800 ? BF_OTHER_NAME : 0);
+
       /* A record has one mode: runtime and catalogue together is not a
        * state a record can be in.
        */
@@ -105,7 +114,7 @@ test_table (void)
       CHECK (moved.verdict == got.verdict && moved.reason == got.reason);
     }
   /* Every reason is reachable. */
-  CHECK (seen == (1u << (BR_MERGE_WITHOUT_CATALOGUE + 1)) - 1);
+  CHECK (seen == (1u << (BR_OTHER_NAME + 1)) - 1);
 }
 
 static void
@@ -244,6 +253,26 @@ test_origin_facts (void)
   CHECK (f & BF_OTHER_ORIGIN);
   CHECK (binding_check (&want, "x.cow", &b, false, true) == -EINVAL);
   device_close (&dev);
+
+  /* A catalogue's snapshot: its own store, under its own name. */
+  {
+    struct binding_want r = {
+      .request = BIND_RESTORE, .origin = &dev, .name = "s2",
+      .catalogue_id = "dc370000-1111-4222-8333-444455556666",
+    };
+    open_dev (&dev, origin);
+    binding_make (&r, NULL, &b);
+    r.uuid = b.uuid;
+    CHECK (binding_check (&r, "x.cow", &b, false, true) == 0);
+    r.name = "s3";                      /* the records' names swapped */
+    f = binding_facts (&r, &b, false, what, sizeof what);
+    CHECK (f & BF_OTHER_NAME);
+    CHECK (binding_check (&r, "x.cow", &b, false, true) == -EINVAL);
+    r.name = "s2";
+    r.uuid = "00000000-1111-4222-8333-444455556666";
+    CHECK (binding_check (&r, "x.cow", &b, false, true) == -EINVAL);
+    device_close (&dev);
+  }
 
   /* A run-time create never takes an existing store. */
   open_dev (&dev, origin);

@@ -29,7 +29,6 @@
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
@@ -40,6 +39,7 @@
 #include "catalogue-internal.h"
 #include "file-lock.h"
 #include "full-io.h"
+#include "random-uuid.h"
 #include "snapfg-log.h"
 
 #define CATALOGUE_FORMAT "snapfg-catalogue"
@@ -47,92 +47,13 @@
 #define CATALOGUE_MAX_EVENTS 200
 #define CATALOGUE_MAX_SIZE (16 * 1024 * 1024)
 
-/* --- checking a document read from disk --- */
-
-static bool
-is_string (json_t *o, const char *key)
-{
-  return json_is_string (json_object_get (o, key));
-}
-
-static bool
-is_uint (json_t *o, const char *key)
-{
-  json_t *v = json_object_get (o, key);
-
-  return json_is_integer (v) && json_integer_value (v) >= 0;
-}
-
-static bool
-is_string_or_null (json_t *o, const char *key)
-{
-  json_t *v = json_object_get (o, key);
-
-  return v == NULL || json_is_null (v) || json_is_string (v);
-}
-
-/* Returns NULL if the document is well formed, else what is wrong. */
-static const char *
-check_document (json_t *root, char *buf, size_t len)
-{
-  json_t *a, *v;
-  size_t i;
-
-  a = json_object_get (root, "snapshots");
-  if (!json_is_array (a))
-    return "\"snapshots\" is not an array";
-  json_array_foreach (a, i, v) {
-    const char *state;
-
-    if (!json_is_object (v) || !is_string (v, "name") ||
-        !is_string (v, "cow") || !is_string (v, "store") ||
-        !is_uint (v, "chunk_size") || !is_uint (v, "cow_size") ||
-        !is_uint (v, "created") || !is_string (v, "uuid") ||
-        !is_string (v, "state")) {
-      snprintf (buf, len, "snapshot record %zu lacks a field or has one "
-                "of the wrong type (name, cow, store, chunk_size, cow_size, "
-                "created, uuid, state)", i);
-      return buf;
-    }
-    state = json_string_value (json_object_get (v, "state"));
-    if (strcmp (state, CATALOGUE_SNAPSHOT_ACTIVE) != 0 &&
-        strcmp (state, CATALOGUE_SNAPSHOT_MERGING) != 0) {
-      snprintf (buf, len, "snapshot record %zu has an unknown state \"%s\"",
-                i, state);
-      return buf;
-    }
-    if (strlen (json_string_value (json_object_get (v, "uuid"))) != 36) {
-      snprintf (buf, len, "snapshot record %zu has a malformed uuid", i);
-      return buf;
-    }
-  }
-  a = json_object_get (root, "checkpoints");
-  if (!json_is_array (a))
-    return "\"checkpoints\" is not an array";
-  json_array_foreach (a, i, v) {
-    if (!json_is_object (v) || !is_string (v, "name") ||
-        !is_string (v, "bitmap") || !is_uint (v, "granularity") ||
-        !is_uint (v, "created") || !is_uint (v, "seq") ||
-        !is_string (v, "state") || !is_string_or_null (v, "snapshot")) {
-      snprintf (buf, len, "checkpoint record %zu lacks a field or has one "
-                "of the wrong type (name, bitmap, granularity, created, "
-                "seq, state, snapshot)", i);
-      return buf;
-    }
-  }
-  a = json_object_get (root, "events");
-  if (a && !json_is_array (a))
-    return "\"events\" is not an array";
-  return NULL;
-}
-
 /* --- writing --- */
 
 /* Write doc as the new catalogue, atomically; on success the new file's
  * locked descriptor replaces cat->fd.  Called with cat->lock held.
  */
-static int
-write_document (struct catalogue *cat, json_t *doc)
+int
+catalogue_write (struct catalogue *cat, json_t *doc)
 {
   CLEANUP_FREE char *text = json_dumps (doc, JSON_INDENT (2) |
                                        JSON_PRESERVE_ORDER);
@@ -194,7 +115,18 @@ write_document (struct catalogue *cat, json_t *doc)
 int
 catalogue_commit (struct catalogue *cat, json_t *doc)
 {
-  int r = write_document (cat, doc);
+  int r;
+
+  /* Held (during the start): in memory only, written by
+   * catalogue_release once the start has succeeded.
+   */
+  if (cat->held) {
+    json_decref (cat->root);
+    cat->root = doc;
+    cat->pending = true;
+    return 0;
+  }
+  r = catalogue_write (cat, doc);
 
   if (r == 0) {
     json_decref (cat->root);
@@ -264,17 +196,27 @@ catalogue_open_locked (struct catalogue *cat, bool *created)
     int fd, r;
 
     *created = false;
-    fd = open (cat->path, O_RDWR | O_CLOEXEC);
+    /* Never through a link: the catalogue is replaced by rename, which
+     * would replace the link, not what it points to.
+     */
+    fd = open (cat->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd == -1 && errno == ENOENT) {
-      fd = open (cat->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      fd = open (cat->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                 0600);
       if (fd == -1 && errno == EEXIST)
         continue;
       *created = fd >= 0;
     }
     if (fd == -1) {
       r = -errno;
-      snapfg_error ("state=%s: cannot open the catalogue: %s",
-                    cat->path, strerror (-r));
+      if (r == -ELOOP)
+        snapfg_error ("state=%s: is a symbolic link; the server replaces "
+                      "the catalogue by renaming a new file over it, so "
+                      "it must be the file itself: name the file the link "
+                      "points to", cat->path);
+      else
+        snapfg_error ("state=%s: cannot open the catalogue: %s",
+                      cat->path, strerror (-r));
       return r;
     }
     r = file_lock (fd, true);
@@ -305,7 +247,7 @@ int
 catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *origin,
                bool *fresh)
 {
-  char *text = NULL, why[256];
+  char *text = NULL, why[1024];
   size_t len = 0;
   json_error_t err;
   json_t *root, *v, *o;
@@ -320,10 +262,22 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
     return r;
   }
   *fresh = len == 0;
-  if (len == 0) {
-    /* A new (or empty) file: a new catalogue.  Nothing to lose. */
+  if (len == 0 && !cat->created_now) {
+    /* Only a missing file starts a new catalogue: an empty one may be
+     * what is left of a catalogue whose stores are still in FILE.d.
+     */
     free (text);
-    catalogue_uuid (cat->id);
+    snapfg_error ("state=%s: the catalogue is empty (0 bytes): damaged, "
+                  "or left by a crash before its first write; refusing to "
+                  "start a new catalogue over it (the stores it listed "
+                  "would be lost): restore it from a backup, or remove it "
+                  "if it never recorded anything", cat->path);
+    return -EINVAL;
+  }
+  if (len == 0) {
+    /* The file this open created: a new catalogue.  Nothing to lose. */
+    free (text);
+    random_uuid (cat->id);
     cat->root = json_pack ("{s:s, s:i, s:s, s:{s:s, s:I}, s:[], s:[], s:[]}",
                            "format", CATALOGUE_FORMAT,
                            "version", CATALOGUE_VERSION,
@@ -336,7 +290,14 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
 
   root = json_loadb (text, len, JSON_REJECT_DUPLICATES, &err);
   free (text);
-  if (root == NULL || !json_is_object (root) ||
+  if (root == NULL) {
+    snapfg_error ("state=%s: not a snapfg catalogue, or a damaged or "
+                  "truncated one (line %d: %s); refusing to use or "
+                  "overwrite it: restore it, or name a new file", cat->path,
+                  err.line, err.text);
+    return -EINVAL;
+  }
+  if (!json_is_object (root) ||
       !json_is_string (v = json_object_get (root, "format")) ||
       strcmp (json_string_value (v), CATALOGUE_FORMAT) != 0) {
     snapfg_error ("state=%s: not a snapfg catalogue (%s); refusing to "
@@ -358,18 +319,13 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
   }
   v = json_object_get (root, "id");
   o = json_object_get (root, "origin");
-  if (!json_is_string (v) || strlen (json_string_value (v)) != 36 ||
-      !json_is_object (o) || !is_string (o, "path") || !is_uint (o, "size")) {
+  if (!catalogue_is_uuid (v) || !json_is_object (o) ||
+      !json_is_string (json_object_get (o, "path")) ||
+      !json_is_integer (json_object_get (o, "size")) ||
+      json_integer_value (json_object_get (o, "size")) < 0) {
     snapfg_error ("state=%s: malformed catalogue (\"id\" or \"origin\" "
                   "missing or wrong); the file is left unchanged",
                   cat->path);
-    json_decref (root);
-    return -EINVAL;
-  }
-  problem = check_document (root, why, sizeof why);
-  if (problem) {
-    snapfg_error ("state=%s: malformed catalogue: %s; the file is left "
-                  "unchanged", cat->path, problem);
     json_decref (root);
     return -EINVAL;
   }
@@ -384,6 +340,14 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
                   json_string_value (json_object_get (o, "path")),
                   (uint64_t) json_integer_value (json_object_get (o, "size")),
                   origin->path, origin->size);
+    json_decref (root);
+    return -EINVAL;
+  }
+  /* (After the origin: another origin's catalogue says so first.) */
+  problem = catalogue_check_records (cat, root, why, sizeof why);
+  if (problem) {
+    snapfg_error ("state=%s: malformed catalogue: %s; the file is left "
+                  "unchanged", cat->path, problem);
     json_decref (root);
     return -EINVAL;
   }

@@ -2,9 +2,11 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the catalogue's internals, shared by its source files:
  *
- *   catalogue.c          open, close, the state directory, events
- *   catalogue-file.c     the file: reading and checking it, the locked
- *                        atomic rewrite (commit)
+ *   catalogue.c          open (with its checks), release, close, the state
+ *                        directory, the server's own files
+ *   catalogue-file.c     the file: reading it, the locked atomic
+ *                        rewrite (commit), held changes
+ *   catalogue-check.c    every record checked before a start uses it
  *   catalogue-records.c  the snapshot and checkpoint records
  *
  * Not for anyone else: the rest of snapfg uses catalogue.h.
@@ -30,23 +32,54 @@ struct catalogue {
   json_t *root;
   char id[37];
   bool created_now;                /* this open made the file */
+  /* Where the files of the catalogue really are, for recognising a
+   * path that names one of them (catalogue_names_own_file): the
+   * catalogue's directory resolved, FILE, FILE.tmp and FILE.d in it.
+   */
+  char *real_path, *real_tmp_path, *real_state_dir;
+  /* Held (from the open until catalogue_release): changes are made in
+   * memory only, so that a start which fails half-way leaves the file
+   * as it was (catalogue_abandon drops them).  pending: there are some.
+   * unlink_after: files to remove once the change that forgets them is
+   * on disk.
+   */
+  bool held, pending;
+  char **unlink_after;
+  size_t n_unlink_after;
 };
 
 /* Open and lock FILE (cat->fd), making sure the locked inode is still
  * the one the name points to.  *created: this call made the file.
  */
 extern int catalogue_open_locked (struct catalogue *cat, bool *created);
-/* Read and check the document (or make a new one for an empty file)
- * into cat->root and cat->id.  *fresh: the file was empty.
+/* Read and check the document (or make a new one for the empty file
+ * this open has just created) into cat->root and cat->id.  *fresh: a
+ * new catalogue.  Any other empty file is refused.
  */
 extern int catalogue_load_document (struct catalogue *cat,
                                     const struct catalogue_origin *origin,
                                     bool *fresh);
+/* Write doc as the new catalogue, atomically (FILE.tmp, sync, lock,
+ * rename, sync the directory); doc is not consumed.  Called with
+ * cat->lock held.
+ */
+extern int catalogue_write (struct catalogue *cat, json_t *doc);
+/* Is v a uuid as random_uuid writes them (36 characters, lower-case
+ * hex digits and dashes at 8, 13, 18 and 23)?
+ */
+extern bool catalogue_is_uuid (json_t *v);
 /* Commit a changed copy DOC of the tree (consumed): write it, then
- * adopt it; on failure the file and cat->root are unchanged.  Called
- * with cat->lock held.
+ * adopt it; on failure the file and cat->root are unchanged.  While
+ * the catalogue is held, only adopted (catalogue_release writes it).
+ * Called with cat->lock held.
  */
 extern int catalogue_commit (struct catalogue *cat, json_t *doc);
+/* Check every record of the document (types, values, duplicates, the
+ * files it names); NULL if all is well, else what is wrong (in buf).
+ */
+extern const char *catalogue_check_records (struct catalogue *cat,
+                                            json_t *root,
+                                            char *buf, size_t len);
 /* Add an event to DOC's history (kept to the last few hundred). */
 extern void catalogue_append_event (json_t *doc, const char *event,
                                     const char *name, const char *detail);

@@ -27,6 +27,7 @@
 #include "catalogue.h"
 #include "catalogue-internal.h"
 #include "scoped-lock.h"
+#include "snapfg-log.h"
 
 static json_t *
 find_named (json_t *array, const char *name, size_t *index)
@@ -234,6 +235,39 @@ catalogue_snapshot_remove (struct catalogue *cat, const char *name,
                            const char *event, const char *detail)
 {
   return remove_named (cat, "snapshots", name, event, detail);
+}
+
+int
+catalogue_snapshot_forget (struct catalogue *cat, const char *name,
+                           const char *event, const char *detail,
+                           const char *file)
+{
+  int r = remove_named (cat, "snapshots", name, event, detail);
+
+  if (r < 0 || file == NULL)
+    return r;
+  /* The record is gone from the file first: a crash before the unlink
+   * leaves a file nothing names, never a record without its file.
+   */
+  SCOPED_MUTEX_LOCK (&cat->lock);
+  if (cat->held) {
+    char **list = realloc (cat->unlink_after,
+                           (cat->n_unlink_after + 1) * sizeof *list);
+    char *copy = strdup (file);
+
+    if (list == NULL || copy == NULL) {
+      free (copy);
+      if (list)
+        cat->unlink_after = list;
+      return 0;                 /* the file stays; nothing names it */
+    }
+    cat->unlink_after = list;
+    cat->unlink_after[cat->n_unlink_after++] = copy;
+  }
+  else if (unlink (file) == -1 && errno != ENOENT)
+    snapfg_error ("state=%s: snapshot %s: cannot remove its store %s: %m",
+                  cat->path, name, file);
+  return 0;
 }
 
 /* --- checkpoints --- */

@@ -80,12 +80,23 @@ struct catalogue_checkpoint {
 /* Open (or, if the file does not exist, create) the catalogue at path
  * for this origin, and lock it.  Refused, with an error naming the file
  * and saying what to do, if it is locked by another process, is not a
- * snapfg catalogue (it is never overwritten), is malformed, or belongs
- * to another origin.
+ * snapfg catalogue (it is never overwritten), is empty, truncated or
+ * malformed (every record and field is checked), belongs to another
+ * origin, is a symbolic link, is not owned by this process's user or is
+ * writable by others (so is its state directory), or if its state
+ * directory is missing while records name files in it.
+ *
+ * The catalogue opens held: changes are kept in memory until
+ * catalogue_release writes them, so that a start which fails changes
+ * nothing on disk (catalogue_abandon drops them).
  */
 extern int catalogue_open (const char *path,
                            const struct catalogue_origin *origin,
                            struct catalogue **catp);
+/* The start is done: write what changed while held (then remove the
+ * files that the changes forgot), and write every later change at once.
+ */
+extern int catalogue_release (struct catalogue *cat);
 /* Release the lock and free everything.  NULL is fine. */
 extern void catalogue_close (struct catalogue *cat);
 /* The same, after a failed start: a catalogue file that this open
@@ -105,6 +116,25 @@ extern const char *catalogue_id (const struct catalogue *cat);
  */
 extern char *catalogue_state_file (struct catalogue *cat, const char *name,
                                    const char *ext);
+/* The state directory FILE.d, opened (O_DIRECTORY, O_NOFOLLOW) for
+ * creating and opening files in it by name; created (0700) first if
+ * create is true.  Refused unless it is a real directory owned by this
+ * process's user and writable by nobody else.  Returns the descriptor
+ * or a negative errno after logging why.
+ */
+extern int catalogue_state_dir_open (struct catalogue *cat, bool create);
+/* Check that the file or directory open as fd (a state file, called
+ * path) is owned by this process's user and not writable by its group
+ * or others (as OpenSSH's StrictModes); logs what is wrong and how to
+ * fix it (chown, chmod) and returns -EPERM.
+ */
+extern int catalogue_check_owner (int fd, const char *path, bool directory);
+/* Does path name a file that the server itself writes: FILE, FILE.tmp,
+ * anything in FILE.d (a link to one of them included)?  Such a file can
+ * never be a COW store given by path.  If so, says which in why.
+ */
+extern bool catalogue_names_own_file (struct catalogue *cat, const char *path,
+                                      char *why, size_t len);
 
 /* --- snapshots --- */
 
@@ -120,10 +150,15 @@ extern int catalogue_snapshot_put (struct catalogue *cat,
 extern int catalogue_snapshot_set_state (struct catalogue *cat,
                                          const char *name, const char *state);
 /* Remove it, recording why in the events: "dropped", "merged", "lost"
- * (a transient snapshot at restart).  -ENOENT if not recorded.
+ * (a transient snapshot at restart).  -ENOENT if not recorded.  If file
+ * is not NULL, it (the snapshot's store in FILE.d) is removed once the
+ * catalogue that forgets the snapshot is on disk, never before.
  */
 extern int catalogue_snapshot_remove (struct catalogue *cat, const char *name,
                                       const char *event, const char *detail);
+extern int catalogue_snapshot_forget (struct catalogue *cat, const char *name,
+                                      const char *event, const char *detail,
+                                      const char *file);
 
 /* --- checkpoints (the checkpoint code's) --- */
 
@@ -138,8 +173,5 @@ extern void catalogue_checkpoints_free (struct catalogue_checkpoint *list,
 extern int catalogue_checkpoints_set (struct catalogue *cat,
                                       const struct catalogue_checkpoint *list,
                                       size_t n);
-
-/* A new random (version 4) uuid, as the catalogue and bindings use. */
-extern void catalogue_uuid (char out[37]);
 
 #endif

@@ -93,6 +93,27 @@ cbt_boot_id (char id[CBT_BOOT_ID_LEN])
 #define HDR_GRANULES 32                /* le64 */
 #define HDR_BOOT_ID 40                 /* CBT_BOOT_ID_LEN bytes */
 #define HDR_CREATED (HDR_BOOT_ID + CBT_BOOT_ID_LEN) /* le64 */
+#define HDR_CATALOGUE 88               /* 36 characters, NUL-padded to 40 */
+#define HDR_SEQ 128                    /* le64 */
+#define HDR_NAME 136                   /* CBT_NAME_LEN bytes */
+#define HDR_ORIGIN_DEV 264             /* le64 */
+#define HDR_ORIGIN_INO 272             /* le64 */
+#define HDR_BITS_SUM 280               /* le64 */
+
+/* The checksum of the bits a clean close writes: 64-bit FNV-1a over the
+ * words (a word at a time: a changed, moved or missing word changes it).
+ */
+static uint64_t
+bits_checksum (const struct cbt_bitmap *bm)
+{
+  uint64_t h = UINT64_C (0xcbf29ce484222325);
+
+  for (uint64_t w = 0; w < bm->nwords; ++w) {
+    h ^= atomic_load (&((struct cbt_bitmap *) bm)->words[w]);
+    h *= UINT64_C (0x100000001b3);
+  }
+  return h;
+}
 
 static void
 encode_header (const struct cbt_bitmap *bm, uint32_t flags,
@@ -108,10 +129,36 @@ encode_header (const struct cbt_bitmap *bm, uint32_t flags,
   put_le64 (buf + HDR_GRANULES, bm->granules);
   memcpy (buf + HDR_BOOT_ID, bm->boot_id, CBT_BOOT_ID_LEN);
   put_le64 (buf + HDR_CREATED, bm->created);
+  if (bm->bound) {
+    const struct cbt_binding *b = &bm->binding;
+
+    memcpy (buf + HDR_CATALOGUE, b->catalogue_id, strlen (b->catalogue_id));
+    put_le64 (buf + HDR_SEQ, b->seq);
+    memcpy (buf + HDR_NAME, b->name, strnlen (b->name, CBT_NAME_LEN));
+    put_le64 (buf + HDR_ORIGIN_DEV, b->origin_dev);
+    put_le64 (buf + HDR_ORIGIN_INO, b->origin_ino);
+    put_le32 (buf + HDR_FLAGS, flags | CBT_FLAG_BOUND);
+  }
+  if (flags & CBT_FLAG_SUMMED)
+    put_le64 (buf + HDR_BITS_SUM, bits_checksum (bm));
+}
+
+static void
+decode_binding (const unsigned char *buf, struct cbt_binding *b)
+{
+  memset (b, 0, sizeof *b);
+  memcpy (b->catalogue_id, buf + HDR_CATALOGUE, 36);
+  b->seq = get_le64 (buf + HDR_SEQ);
+  memcpy (b->name, buf + HDR_NAME, CBT_NAME_LEN);
+  b->origin_dev = get_le64 (buf + HDR_ORIGIN_DEV);
+  b->origin_ino = get_le64 (buf + HDR_ORIGIN_INO);
 }
 
 /* Write the header with these flags and sync it (the caller holds
- * bm->lock or is alone with the bitmap).
+ * bm->lock or is alone with the bitmap).  A clean header (neither DIRTY
+ * nor INCONSISTENT) carries the bits' checksum: the caller has synced
+ * the bits, and the words in memory are what the file holds.  A foreign
+ * bitmap (another checkpoint's file) is never written.
  */
 static int
 write_header (struct cbt_bitmap *bm, uint32_t flags)
@@ -119,12 +166,16 @@ write_header (struct cbt_bitmap *bm, uint32_t flags)
   unsigned char buf[CBT_HEADER_SIZE];
   int r;
 
-  if (bm->fd < 0)
+  if (bm->fd < 0 || bm->foreign)
     return 0;
+  if (!(flags & (CBT_FLAG_DIRTY | CBT_FLAG_INCONSISTENT)))
+    flags |= CBT_FLAG_SUMMED;
   encode_header (bm, flags, buf);
   r = full_pwrite (bm->fd, buf, sizeof buf, 0);
   if (r == 0 && fdatasync (bm->fd) == -1)
     r = -errno;
+  if (r == 0)
+    bm->header_dirty = flags & CBT_FLAG_DIRTY;
   return r;
 }
 
@@ -170,13 +221,19 @@ bitmap_free (struct cbt_bitmap *bm)
 
 int
 cbt_bitmap_create (const char *path, uint32_t granularity,
-                   uint64_t origin_size, struct cbt_bitmap **bmp)
+                   uint64_t origin_size, const struct cbt_binding *binding,
+                   struct cbt_bitmap **bmp)
 {
   struct cbt_bitmap *bm = bitmap_alloc (path, granularity, origin_size);
   int r;
 
   if (bm == NULL)
     return -ENOMEM;
+  if (binding) {
+    bm->binding = *binding;
+    bm->binding.origin_moved = false;
+    bm->bound = true;
+  }
   bm->created = time (NULL);
   bm->fd = open (path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (bm->fd == -1) {
@@ -219,8 +276,60 @@ cbt_bitmap_create (const char *path, uint32_t granularity,
   return 0;
 }
 
+/* Is the bitmap bound to 'expect'?  If not, say how in why and mark it
+ * inconsistent (foreign: another catalogue's or checkpoint's file).  An
+ * unbound bitmap (an older snapfg's) and one whose origin moved with
+ * origin-moved=true take the expected binding.
+ */
+static void
+check_binding (struct cbt_bitmap *bm, const struct cbt_binding *expect,
+               char *why, size_t why_len)
+{
+  const struct cbt_binding *b = &bm->binding;
+
+  if (bm->bound) {
+    if (strcmp (b->catalogue_id, expect->catalogue_id) != 0) {
+      snprintf (why, why_len, "belongs to another catalogue (id %s, not %s): "
+                "another server's or origin's bitmap", b->catalogue_id,
+                expect->catalogue_id);
+      bm->foreign = true;
+    }
+    else if (b->seq != expect->seq || strcmp (b->name, expect->name) != 0) {
+      snprintf (why, why_len, "belongs to checkpoint \"%s\" (number %" PRIu64
+                "), not to \"%s\" (number %" PRIu64 ")", b->name, b->seq,
+                expect->name, expect->seq);
+      bm->foreign = true;
+    }
+    else if (b->origin_ino != 0 && expect->origin_ino != 0 &&
+             (b->origin_dev != expect->origin_dev ||
+              b->origin_ino != expect->origin_ino)) {
+      if (!expect->origin_moved) {
+        snprintf (why, why_len, "tracked another origin (device %" PRIu64
+                  " inode %" PRIu64 "; the origin is device %" PRIu64
+                  " inode %" PRIu64 " now: it was replaced; if it really "
+                  "moved, start with origin-moved=true)", b->origin_dev,
+                  b->origin_ino, expect->origin_dev, expect->origin_ino);
+        atomic_store (&bm->inconsistent, true);
+        return;
+      }
+      snapfg_notice ("checkpoint bitmap %s: origin-moved=true: it tracked "
+                     "device %" PRIu64 " inode %" PRIu64 ", rebound to the "
+                     "origin as it is now", bm->path, b->origin_dev,
+                     b->origin_ino);
+    }
+    if (bm->foreign) {
+      atomic_store (&bm->inconsistent, true);
+      return;
+    }
+  }
+  bm->binding = *expect;
+  bm->binding.origin_moved = false;
+  bm->bound = true;
+}
+
 int
 cbt_bitmap_open (const char *path, uint64_t origin_size,
+                 const struct cbt_binding *expect,
                  struct cbt_bitmap **bmp, char *why, size_t why_len)
 {
   unsigned char buf[CBT_HEADER_SIZE];
@@ -312,9 +421,31 @@ cbt_bitmap_open (const char *path, uint64_t origin_size,
   free (raw);
 
   flags = get_le32 (buf + HDR_FLAGS);
+  bm->header_dirty = flags & CBT_FLAG_DIRTY;
+  if (flags & CBT_FLAG_BOUND) {
+    decode_binding (buf, &bm->binding);
+    bm->bound = true;
+  }
+  if (expect) {
+    check_binding (bm, expect, why, why_len);
+    if (atomic_load (&bm->inconsistent)) {
+      *bmp = bm;
+      return 0;
+    }
+  }
   memcpy (boot_id, buf + HDR_BOOT_ID, CBT_BOOT_ID_LEN);
   boot_id[CBT_BOOT_ID_LEN - 1] = '\0';
-  if (flags & CBT_FLAG_INCONSISTENT) {
+  if ((flags & CBT_FLAG_SUMMED) &&
+      !(flags & (CBT_FLAG_DIRTY | CBT_FLAG_INCONSISTENT)) &&
+      get_le64 (buf + HDR_BITS_SUM) != bits_checksum (bm)) {
+    /* Not flagged in the file: the catalogue records it, and the file
+     * stays as it was found.
+     */
+    snprintf (why, why_len, "its bits do not match the checksum its last "
+              "clean close wrote: the file was damaged or changed since");
+    atomic_store (&bm->inconsistent, true);
+  }
+  else if (flags & CBT_FLAG_INCONSISTENT) {
     snprintf (why, why_len, "flagged inconsistent (a bitmap write failed "
               "or the system stopped uncleanly earlier)");
     atomic_store (&bm->inconsistent, true);
@@ -486,6 +617,7 @@ cbt_bitmap_count (const struct cbt_bitmap *bm)
 int
 cbt_bitmap_or (struct cbt_bitmap *dst, const struct cbt_bitmap *src)
 {
+  bool was_clean = false;
   uint64_t *raw;
   int r = 0;
 
@@ -516,7 +648,15 @@ cbt_bitmap_or (struct cbt_bitmap *dst, const struct cbt_bitmap *src)
         raw[d >> 6] |= UINT64_C (1) << (d & 63);
     }
   }
-  if (dst->fd >= 0) {
+  /* A clean file's checksum would no longer match: say DIRTY first
+   * (durably), and clean again, with the new checksum, once the new bits
+   * are durable.
+   */
+  if (dst->fd >= 0 && !dst->header_dirty && !dst->foreign) {
+    was_clean = true;
+    r = write_header (dst, current_flags (dst, true));
+  }
+  if (r == 0 && dst->fd >= 0) {
     uint64_t *le = malloc (dst->nwords * 8 + 8);
 
     if (le == NULL)
@@ -533,6 +673,8 @@ cbt_bitmap_or (struct cbt_bitmap *dst, const struct cbt_bitmap *src)
   if (r == 0)
     for (uint64_t w = 0; w < dst->nwords; ++w)
       atomic_store (&dst->words[w], raw[w]);
+  if (r == 0 && was_clean)
+    r = write_header (dst, current_flags (dst, false));
   pthread_mutex_unlock (&dst->lock);
   free (raw);
   if (src->inconsistent && r == 0)

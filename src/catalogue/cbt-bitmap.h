@@ -15,13 +15,23 @@
  *       20     4  flags: 1 DIRTY (in use by a server: some bits may be
  *                 only in the page cache), 2 INCONSISTENT (a bitmap
  *                 write failed or the system stopped uncleanly while
- *                 DIRTY: the bits may miss changes)
+ *                 DIRTY: the bits may miss changes), 4 BOUND (the
+ *                 binding below is filled in), 8 SUMMED (the bits'
+ *                 checksum below is that of a clean close)
  *       24     8  origin size in bytes
  *       32     8  number of granules (bits)
  *       40    40  boot id (/proc/sys/kernel/random/boot_id) of the system
  *                 that set DIRTY, NUL-padded
  *       80     8  creation time (Unix seconds)
- *       88  4008  zero
+ *       88    40  the binding: the catalogue's id (36 characters)
+ *      128     8    the checkpoint's sequence number
+ *      136   128    the checkpoint's name (NUL-padded)
+ *      264     8    the origin's device (st_dev; 0 for a block device)
+ *      272     8    the origin's inode (st_ino; a block device's st_rdev;
+ *                   0 with the device: no identity, an NBD origin)
+ *      280     8  checksum of the bits (64-bit FNV-1a over the words),
+ *                 written by a clean close (SUMMED)
+ *      288  3808  zero
  *     4096     .  the bits: 64-bit words, granule g is bit g % 64 of
  *                 word g / 64; the bits past the last granule are zero
  *
@@ -35,6 +45,17 @@
  * DIRTY file written under the same boot id is complete (only the
  * process died); under another boot id the page cache may have been lost
  * with the system, so the bitmap is INCONSISTENT.
+ *
+ * Binding (why a bitmap is never read for the wrong checkpoint): the
+ * header names the catalogue, the checkpoint (sequence number and name)
+ * and the origin's identity it tracks.  At open, a bitmap of another
+ * catalogue or checkpoint is *foreign*: inconsistent, and never written
+ * (it is somebody else's file); one of another origin identity is
+ * inconsistent unless origin-moved=true vouches for it (then rebound).
+ * A clean bitmap whose bits do not give the checksum its clean close
+ * wrote was changed since: inconsistent.  A bitmap without a binding
+ * (written by an older snapfg) is taken as the checkpoint's and bound at
+ * its next header write.
  *
  * The hot path (cbt_bitmap_mark with every granule already set) is one
  * atomic load per 64 granules touched and one for the inconsistent flag.
@@ -53,10 +74,23 @@
 #define CBT_HEADER_SIZE 4096
 #define CBT_FLAG_DIRTY        (1u << 0)
 #define CBT_FLAG_INCONSISTENT (1u << 1)
+#define CBT_FLAG_BOUND        (1u << 2)
+#define CBT_FLAG_SUMMED       (1u << 3)
+#define CBT_NAME_LEN 128
 #define CBT_BOOT_ID_LEN 40
 
 #define CBT_DEFAULT_GRANULARITY (64 * 1024)
 #define CBT_MAX_GRANULARITY (1u << 30)
+
+/* Whose a bitmap is (the header's binding). */
+struct cbt_binding {
+  char catalogue_id[37];
+  uint64_t seq;
+  char name[CBT_NAME_LEN + 1];
+  uint64_t origin_dev, origin_ino;   /* both 0: no identity */
+  bool origin_moved;                 /* (expected only) origin-moved=true:
+                                        another identity is accepted */
+};
 
 struct cbt_bitmap {
   char *path;
@@ -75,6 +109,12 @@ struct cbt_bitmap {
   atomic_uint_least64_t written_gen, synced_gen;
   pthread_mutex_t lock;         /* first writes to granules, header writes */
   char boot_id[CBT_BOOT_ID_LEN];
+  struct cbt_binding binding;
+  bool bound;                   /* binding is known (written with the
+                                   next header) */
+  bool foreign;                 /* another catalogue's or checkpoint's
+                                   file: inconsistent, never written */
+  bool header_dirty;            /* the header on disk says DIRTY */
   /* Called once when the bitmap becomes inconsistent at run time (a
    * write failed), so that its owner can record it elsewhere.
    */
@@ -94,18 +134,25 @@ extern const char *cbt_check_granularity (int64_t granularity,
 extern void cbt_boot_id (char id[CBT_BOOT_ID_LEN]);
 
 /* Create a new bitmap file at path (O_EXCL: never replaces anything),
- * all bits clear, DIRTY, durable (file and directory) before returning.
- * On error, logs a message naming the file and removes what it created.
+ * all bits clear, DIRTY, bound to 'binding' (NULL: none), durable (file
+ * and directory) before returning.  On error, logs a message naming the
+ * file and removes what it created.
  */
 extern int cbt_bitmap_create (const char *path, uint32_t granularity,
-                              uint64_t origin_size, struct cbt_bitmap **bmp);
+                              uint64_t origin_size,
+                              const struct cbt_binding *binding,
+                              struct cbt_bitmap **bmp);
 
-/* Open an existing bitmap file for origin_size.  A file that is not a
- * checkpoint bitmap, or one for another origin size, is refused (with a
- * message in why); a DIRTY one from another boot, or one flagged
- * INCONSISTENT, opens with bm->inconsistent set and the reason in why.
+/* Open an existing bitmap file for origin_size, expected to be bound to
+ * 'expect' (NULL: no check).  A file that is not a checkpoint bitmap,
+ * or one for another origin size, is refused (with a message in why); a
+ * DIRTY one from another boot, one flagged INCONSISTENT, one bound to
+ * another catalogue, checkpoint or origin, and a clean one whose bits
+ * do not match their checksum open with bm->inconsistent set and the
+ * reason in why.
  */
 extern int cbt_bitmap_open (const char *path, uint64_t origin_size,
+                            const struct cbt_binding *expect,
                             struct cbt_bitmap **bmp,
                             char *why, size_t why_len);
 

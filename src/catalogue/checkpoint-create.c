@@ -53,6 +53,7 @@ checkpoint_prepare (struct snapfg_engine *e, const char *name,
 {
   struct checkpoint_chain *c = e->cbt;
   struct checkpoint *cp;
+  struct cbt_binding b;
   const char *problem;
   int r;
 
@@ -91,21 +92,30 @@ checkpoint_prepare (struct snapfg_engine *e, const char *name,
   }
   if (access (cp->bitmap_path, F_OK) == 0) {
     /* Left behind by a server that died between making the file and
-     * recording it: ours (it has our magic) and unrecorded, so it can
-     * go.  Anything else is not touched.
+     * recording it: ours (it has our magic and is bound to this
+     * catalogue and checkpoint, or to none) and unrecorded, so it can
+     * go.  Anything else is not touched (and the create below refuses).
      */
-    struct cbt_bitmap *old;
+    struct cbt_bitmap *old = NULL;
     char why[512];
+    bool ours;
 
-    if (cbt_bitmap_open (cp->bitmap_path, e->size, &old, why,
+    checkpoint_binding (e, name, c->next_seq, &b);
+    if (cbt_bitmap_open (cp->bitmap_path, e->size, &b, &old, why,
                          sizeof why) == 0) {
+      ours = !old->foreign;
       cbt_bitmap_close (old);
+    }
+    else
+      ours = false;
+    if (ours) {
       snapfg_debug ("checkpoint %s: replacing the unrecorded bitmap %s",
                     name, cp->bitmap_path);
       unlink (cp->bitmap_path);
     }
   }
-  r = cbt_bitmap_create (cp->bitmap_path, cp->granularity, e->size,
+  checkpoint_binding (e, name, c->next_seq, &b);
+  r = cbt_bitmap_create (cp->bitmap_path, cp->granularity, e->size, &b,
                          &cp->bm);
   if (r < 0) {
     checkpoint_free (cp);
@@ -317,7 +327,10 @@ snapfg_checkpoint_drop (struct snapfg_engine *e, const char *name)
   }
   free (rest);
   checkpoint_vector_remove (&c->list, i);
-  if (unlink (cp->bitmap_path) == -1)
+  if (cp->bm && cp->bm->foreign)
+    snapfg_notice ("checkpoint %s dropped; %s is another checkpoint's "
+                   "bitmap, so it is left in place", name, cp->bitmap_path);
+  else if (unlink (cp->bitmap_path) == -1)
     snapfg_debug ("checkpoint %s: cannot remove %s: %m", name,
                   cp->bitmap_path);
   snapfg_debug ("checkpoint %s dropped%s%s", name,

@@ -21,6 +21,8 @@
 #include "catalogue.h"
 #include "vector.h"
 
+struct snapfg_engine;
+
 struct checkpoint;
 DEFINE_VECTOR_TYPE (checkpoint_vector, struct checkpoint *);
 
@@ -68,6 +70,12 @@ extern void checkpoint_note_inconsistent (struct cbt_bitmap *bm,
  */
 extern int checkpoint_records_write (struct checkpoint_chain *c,
                                      struct checkpoint **list, size_t n);
+/* The binding a bitmap of checkpoint NAME (sequence number SEQ) of this
+ * chain must carry: the catalogue, the checkpoint, the origin's identity
+ * (and whether origin-moved=true vouches for another).
+ */
+extern void checkpoint_binding (struct snapfg_engine *e, const char *name,
+                                uint64_t seq, struct cbt_binding *b);
 /* Record a run-time inconsistency that the catalogue does not hold yet. */
 extern void checkpoint_record_pending (struct checkpoint_chain *c);
 /* The index of checkpoint NAME, or -1.  Called with c->lock held. */

@@ -84,6 +84,23 @@ checkpoint_records_write (struct checkpoint_chain *c, struct checkpoint **list,
 }
 
 void
+checkpoint_binding (struct snapfg_engine *e, const char *name, uint64_t seq,
+                    struct cbt_binding *b)
+{
+  struct device_identity id = { 0, 0 };   /* an NBD origin has none */
+
+  memset (b, 0, sizeof *b);
+  snprintf (b->catalogue_id, sizeof b->catalogue_id, "%s",
+            e->cbt && e->cbt->cat ? catalogue_id (e->cbt->cat) : "");
+  b->seq = seq;
+  snprintf (b->name, sizeof b->name, "%s", name);
+  device_identity (&e->origin, &id);
+  b->origin_dev = id.dev;
+  b->origin_ino = id.ino;
+  b->origin_moved = e->origin_moved;
+}
+
+void
 checkpoint_record_pending (struct checkpoint_chain *c)
 {
   if (c->cat && atomic_load (&c->unrecorded))
@@ -132,6 +149,7 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
   for (size_t i = 0; i < nrecs; ++i) {
     struct catalogue_checkpoint *rec = &recs[i];
     struct checkpoint *cp = calloc (1, sizeof *cp);
+    struct cbt_binding expect;
     char why[512];
 
     if (cp == NULL) {
@@ -156,7 +174,9 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
                               CATALOGUE_CHECKPOINT_INCONSISTENT) == 0)
       cp->lost = true;
 
-    r = cbt_bitmap_open (cp->bitmap_path, e->size, &cp->bm, why, sizeof why);
+    checkpoint_binding (e, cp->name, cp->seq, &expect);
+    r = cbt_bitmap_open (cp->bitmap_path, e->size, &expect, &cp->bm, why,
+                         sizeof why);
     if (r < 0) {
       snapfg_error ("checkpoint %s: bitmap %s: %s; the checkpoint is "
                     "inconsistent (a full backup is needed; drop it when "

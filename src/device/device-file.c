@@ -357,6 +357,12 @@ file_create (struct snapfg_device *dev, const char *path)
   return r;
 }
 
+int
+device_file_init_fd (struct snapfg_device *dev, int fd)
+{
+  return init_from_fd (dev, fd, false);
+}
+
 /* The copy_file_range loop: 0, -EOPNOTSUPP if these files cannot (from
  * now on) or the source ended early, or another error.
  */

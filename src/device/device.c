@@ -132,6 +132,26 @@ device_create (struct snapfg_device *dev, const char *path)
   return open_with_backend (dev, path, false, true);
 }
 
+int
+device_adopt_file (struct snapfg_device *dev, const char *path, int fd)
+{
+  int r;
+
+  clear_error ();
+  device_reset (dev, false);
+  dev->path = strdup (path);
+  if (dev->path == NULL)
+    return -ENOMEM;
+  r = device_file_init_fd (dev, fd);
+  if (r < 0) {
+    free (dev->path);
+    device_reset (dev, false);
+    return r;
+  }
+  dev->ops = &device_file_ops;
+  return 0;
+}
+
 void
 device_close (struct snapfg_device *dev)
 {

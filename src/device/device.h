@@ -67,6 +67,12 @@ extern int device_open (struct snapfg_device *dev, const char *path,
  * that exists already: -EEXIST.
  */
 extern int device_create (struct snapfg_device *dev, const char *path);
+/* Take over fd, a regular file open read-write that the caller opened
+ * itself (e.g. through a directory descriptor), as a file device called
+ * path.  On failure fd is not closed.
+ */
+extern int device_adopt_file (struct snapfg_device *dev, const char *path,
+                              int fd);
 extern void device_close (struct snapfg_device *dev);
 
 /* Why did the last device_open or device_create in this thread fail with
@@ -233,6 +239,11 @@ struct device_ops {
 #define DEVICE_BACKEND_DECLARE_(ops) extern const struct device_ops ops;
 SNAPFG_DEVICE_BACKENDS (DEVICE_BACKEND_DECLARE_)
 #undef DEVICE_BACKEND_DECLARE_
+
+/* device-file.c, for device_adopt_file: set dev up around fd, a
+ * regular file (-EINVAL, fd untouched, if it is not one).
+ */
+extern int device_file_init_fd (struct snapfg_device *dev, int fd);
 
 /* For backends: record why the open in progress fails (printf-style),
  * for device_strerror (r).

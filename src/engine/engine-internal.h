@@ -64,6 +64,7 @@ struct snapfg_snapshot {
   atomic_bool merged;          /* DROPPED because its merge completed */
   atomic_int refs;             /* the engine's list, and each connection */
   bool owned_cow;              /* the COW is in the state directory: ours */
+  bool unrecorded;             /* the catalogue no longer lists it */
   /* Every snapshot whose store is open, listed or dropped but still
    * referenced (engine_live_lock): no file is reused while any of them
    * holds it.
@@ -198,6 +199,13 @@ extern pthread_mutex_t engine_live_lock;
  */
 extern void lifecycle_forget (struct snapfg_engine *e,
                               struct snapfg_snapshot *s, const char *event);
+/* lifecycle.c: before s leaves the list, the catalogue (if any) stops
+ * listing it ("dropped"), durably; on failure (e.g. -ENOSPC) it says so
+ * and nothing has changed.  Called with the geometry write side held.
+ */
+extern int lifecycle_unrecord_locked (struct snapfg_engine *e,
+                                      struct snapfg_snapshot *s,
+                                      const char *event);
 /* lifecycle.c: record a new snapshot in the catalogue (if any); called
  * with the geometry write side held, just before it is published.
  */
@@ -209,10 +217,12 @@ extern int lifecycle_record (struct snapfg_engine *e,
 extern int lifecycle_merging (struct snapfg_engine *e,
                               struct snapfg_snapshot *s);
 /* lifecycle.c: may path become a new COW store?  Refuses (saying why)
- * this server's own sockets and files still held by any snapshot,
- * dropped ones included.
+ * this server's own sockets, files still held by any snapshot, dropped
+ * ones included, and (unless owned: the server picked the name in the
+ * state directory) the files of the catalogue.
  */
-extern int lifecycle_check_cow (struct snapfg_engine *e, const char *path);
+extern int lifecycle_check_cow (struct snapfg_engine *e, const char *path,
+                                bool owned);
 /* merge.c: mark a snapshot as merging (store mark, catalogue, origin
  * routing) with the geometry write side held; NULL or a problem.
  */

@@ -86,6 +86,13 @@ too_many_snapshots (struct snapfg_engine *e, const char *name)
   snapfg_error ("%s", why);
 }
 
+static void
+close_state_dir (int fd)
+{
+  if (fd >= 0)
+    close (fd);
+}
+
 static int snapshot_create (struct snapfg_engine *e,
                             const struct snapfg_snapshot_options *o);
 
@@ -253,6 +260,7 @@ snapshot_create (struct snapfg_engine *e,
   percpu_rwlock_token token;
   const char *in_use;
   bool exists, merging, full;
+  int state_dirfd = -1;
   int r;
 
   problem = snapfg_check_chunk_size (params.chunk_size);
@@ -285,13 +293,33 @@ snapshot_create (struct snapfg_engine *e,
                   "every snapshot needs its own", o->cow_path, in_use);
     return -EBUSY;
   }
-  r = lifecycle_check_cow (e, o->cow_path);
+  r = lifecycle_check_cow (e, o->cow_path, o->owned);
   if (r < 0)
     return r;
+  /* A store in the state directory is created and opened through the
+   * directory's descriptor, by the name the server gives it.
+   */
+  if (o->owned) {
+    const char *slash = strrchr (o->cow_path, '/');
+
+    if (e->catalogue == NULL || slash == NULL) {
+      snapfg_error ("snapshot \"%s\": its store %s is recorded as the state "
+                    "directory's, but there is no catalogue", o->name,
+                    o->cow_path);
+      return -EINVAL;
+    }
+    state_dirfd = catalogue_state_dir_open (e->catalogue, !params.must_exist);
+    if (state_dirfd < 0)
+      return state_dirfd;
+    params.state_dirfd = state_dirfd;
+    params.state_leaf = slash + 1;
+  }
 
   s = calloc (1, sizeof *s);
-  if (s == NULL)
+  if (s == NULL) {
+    close_state_dir (state_dirfd);
     return -ENOMEM;
+  }
   s->owned_cow = o->owned;
   s->engine = e;
   atomic_init (&s->state, SNAPSHOT_VALID);
@@ -303,12 +331,14 @@ snapshot_create (struct snapfg_engine *e,
   if (s->name == NULL || stats_init (&s->stats) < 0) {
     free (s->name);
     free (s);
+    close_state_dir (state_dirfd);
     return -ENOMEM;
   }
   /* Opening the store may read the whole COW file: do it before stopping
    * the world.  A reopened store's own chunk size wins.
    */
   r = store_open (&params, &s->store);
+  close_state_dir (state_dirfd);
   if (r < 0) {
     snapshot_free (s, false);
     return r;                   /* -ESTALE: see snapfg_engine_restore */

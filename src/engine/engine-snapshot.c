@@ -67,6 +67,7 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
 {
   struct snapfg_snapshot *s = NULL;
   bool merging = false;
+  int r;
 
   /* The write side: requests in flight on any view finish first, and no
    * origin write is between its copy-outs and its data write.
@@ -82,6 +83,11 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
       }
     }
     merging = s && s == e->merging;
+    /* The catalogue forgets it first: if that cannot be written (a full
+     * file system), the drop fails and nothing changes.
+     */
+    if (s && !merging && (r = lifecycle_unrecord_locked (e, s, "dropped")) < 0)
+      return r;
     if (s && !merging) {
       memmove (&e->snapshots[i], &e->snapshots[i + 1],
                (e->nsnapshots - i - 1) * sizeof *e->snapshots);

@@ -25,6 +25,7 @@
 
 #include "engine-internal.h"
 #include "catalogue.h"
+#include "random-uuid.h"
 #include "self-reference.h"
 #include "snapfg-log.h"
 
@@ -55,7 +56,7 @@ lifecycle_record (struct snapfg_engine *e, struct snapfg_snapshot *s,
   if (s->store->uuid[0])
     snprintf (rec.uuid, sizeof rec.uuid, "%s", s->store->uuid);
   else
-    catalogue_uuid (rec.uuid);  /* a transient store has no binding */
+    random_uuid (rec.uuid);  /* a transient store has no binding */
   return catalogue_snapshot_put (e->catalogue, &rec);
 }
 
@@ -66,6 +67,33 @@ lifecycle_merging (struct snapfg_engine *e, struct snapfg_snapshot *s)
     return 0;
   return catalogue_snapshot_set_state (e->catalogue, s->name,
                                        CATALOGUE_SNAPSHOT_MERGING);
+}
+
+int
+lifecycle_unrecord_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
+                           const char *event)
+{
+  int r;
+
+  if (e->catalogue == NULL)
+    return 0;
+  /* The store file stays until lifecycle_forget: the catalogue must
+   * stop naming it first, so that a restart never looks for a file that
+   * is gone.
+   */
+  r = catalogue_snapshot_remove (e->catalogue, s->name, event,
+                                 s->store->dev.path);
+  if (r == -ENOENT)
+    return 0;
+  if (r < 0)
+    snapfg_error ("%s %s: the catalogue %s cannot be rewritten (%s): "
+                  "nothing was changed, the snapshot is still there; free "
+                  "some space and try again", strcmp (event, "dropped") == 0
+                  ? "drop" : "snapshot", s->name,
+                  catalogue_path (e->catalogue), strerror (-r));
+  else
+    s->unrecorded = true;
+  return r;
 }
 
 void
@@ -79,18 +107,21 @@ lifecycle_forget (struct snapfg_engine *e, struct snapfg_snapshot *s,
    */
   if (strcmp (event, "dropped") == 0 && st->ops->mark_dropped)
     st->ops->mark_dropped (st);
-  if (e->catalogue) {
+  if (e->catalogue && !s->unrecorded) {
     int r = catalogue_snapshot_remove (e->catalogue, s->name, event,
                                        st->dev.path);
-    if (r < 0 && r != -ENOENT)
+    if (r < 0 && r != -ENOENT) {
       snapfg_error ("snapshot %s: the catalogue %s still lists it; a "
                     "restart will find its store marked %s and finish "
                     "forgetting it", s->name,
                     catalogue_path (e->catalogue), event);
+      return;                   /* its store stays: the record names it */
+    }
   }
   /* A store in the state directory is the catalogue's own: it goes with
-   * its snapshot (so that the name can be used again).  Connections still
-   * holding it keep their descriptor (and lock) until they close.
+   * its snapshot (so that the name can be used again), once the
+   * catalogue no longer names it.  Connections still holding it keep
+   * their descriptor (and lock) until they close.
    */
   if (s->owned_cow && unlink (st->dev.path) == -1)
     snapfg_error ("snapshot %s: cannot remove its store %s: %m",
@@ -98,11 +129,23 @@ lifecycle_forget (struct snapfg_engine *e, struct snapfg_snapshot *s,
 }
 
 int
-lifecycle_check_cow (struct snapfg_engine *e, const char *path)
+lifecycle_check_cow (struct snapfg_engine *e, const char *path, bool owned)
 {
   char why[PATH_MAX + 128];
   const char *holder = NULL;
   int connections = 0;
+
+  /* The catalogue's own files are rewritten and removed by the server:
+   * a store there would be destroyed by the next catalogue change (or
+   * would destroy it).  The one exception is the name the server picks
+   * itself for a store in the state directory.
+   */
+  if (!owned && e->catalogue &&
+      catalogue_names_own_file (e->catalogue, path, why, sizeof why)) {
+    snapfg_error ("cow=%s: %s; the server writes that file itself, so it "
+                  "cannot be a COW store: name another file", path, why);
+    return -EINVAL;
+  }
 
   if (device_is_uri (path) && self_reference_uri (path, why, sizeof why)) {
     snapfg_error ("cow=%s: %s; a COW store on this server's own exports "
@@ -137,14 +180,18 @@ lifecycle_check_cow (struct snapfg_engine *e, const char *path)
 /* A catalogue record whose store says it was dropped: the server died
  * between marking the store and telling the catalogue.  Finish it.
  */
-static void
+static int
 finish_forgetting (struct snapfg_engine *e,
                    const struct catalogue_snapshot *rec, const char *event,
                    const char *detail)
 {
-  catalogue_snapshot_remove (e->catalogue, rec->name, event, detail);
-  if (rec->owned)
-    unlink (rec->cow);
+  /* The catalogue is held during the start: the file goes once the
+   * catalogue that forgets it is written (catalogue_release).  Only a
+   * store the record says the server made, which the catalogue has
+   * checked is the state directory's file of that name, is removed.
+   */
+  return catalogue_snapshot_forget (e->catalogue, rec->name, event, detail,
+                                    rec->owned ? rec->cow : NULL);
 }
 
 int
@@ -177,13 +224,15 @@ snapfg_engine_restore (struct snapfg_engine *e)
     const struct store_type *type = store_type_find (rec->store);
     struct snapfg_snapshot *s;
 
-    if (type == NULL || !type->survives_restart) {
+    /* (The catalogue has checked that the type exists.) */
+    if (type && !type->survives_restart) {
       /* A transient table lived in memory only. */
       snapfg_debug ("state=%s: transient snapshot %s did not survive the "
                     "restart: recorded as lost",
                     catalogue_path (e->catalogue), rec->name);
-      finish_forgetting (e, rec, "lost",
-                         "transient: its exceptions were in memory only");
+      r = finish_forgetting (e, rec, "lost",
+                             "transient: its exceptions were in memory "
+                             "only");
       continue;
     }
 
@@ -191,8 +240,7 @@ snapfg_engine_restore (struct snapfg_engine *e)
     if (r == -ESTALE) {
       snapfg_debug ("state=%s: snapshot %s was being dropped: done",
                     catalogue_path (e->catalogue), rec->name);
-      finish_forgetting (e, rec, "dropped", "finished at restart");
-      r = 0;
+      r = finish_forgetting (e, rec, "dropped", "finished at restart");
       continue;
     }
     if (r < 0) {
@@ -224,5 +272,11 @@ snapfg_engine_restore (struct snapfg_engine *e)
     snapfg_snapshot_put (s);
   }
   catalogue_snapshots_free (list, n);
+  /* Every recorded snapshot is back: what the start changed in the
+   * catalogue (checkpoints found inconsistent, snapshots finished
+   * forgetting) is written now, and not at all if the start failed.
+   */
+  if (r == 0)
+    r = catalogue_release (e->catalogue);
   return r;
 }

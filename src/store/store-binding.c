@@ -13,8 +13,8 @@
 #include <sys/sysmacros.h>
 
 #include "byte-order.h"
+#include "random-uuid.h"
 #include "store-binding.h"
-#include "catalogue.h"
 #include "snapfg-log.h"
 
 #define BINDING_MAGIC "snapfgBR"
@@ -197,7 +197,7 @@ binding_make (const struct binding_want *want, const struct store_binding *old,
   else if (old && old->present)
     snprintf (b->uuid, sizeof b->uuid, "%s", old->uuid);
   else
-    catalogue_uuid (b->uuid);
+    random_uuid (b->uuid);
   b->created = old && old->present ? old->created : (int64_t) time (NULL);
   b->origin_size = o->size;
   device_identity (o, &id);
@@ -270,6 +270,11 @@ static const struct binding_rule rules[] = {
   { RESTORE, 0, BF_SAME_UUID, BV_REFUSE, BR_NOT_RECORDED_STORE },
   { RESTORE, 0, BF_SAME_CATALOGUE, BV_REFUSE, BR_NOT_RECORDED_STORE },
   { RESTORE, BF_MERGE_MARK, BF_MERGE_EXPECTED, BV_REFUSE, BR_UNKNOWN_MERGE },
+  /* The record and its store agree on the name too (the uuid alone does
+   * not say it): records whose names were swapped would serve each
+   * other's data under the wrong names.
+   */
+  { RESTORE, BF_OTHER_NAME, 0, BV_REFUSE, BR_OTHER_NAME },
   { RESTORE, 0, 0, BV_ATTACH, BR_OK },
   /* Named on the command line (cow=, snapshot=).  An interrupted merge
    * of a run-time snapshot: the origin is half merged, and only
@@ -347,6 +352,10 @@ binding_facts (const struct binding_want *want,
     f |= BF_SAME_CATALOGUE;
   if (want->uuid && strcmp (found->uuid, want->uuid) == 0)
     f |= BF_SAME_UUID;
+  /* (A record's name may be cut short; an empty one says nothing.) */
+  if (found->name[0] && want->name &&
+      strncmp (found->name, want->name, sizeof found->name - 1) != 0)
+    f |= BF_OTHER_NAME;
   if (want->catalogue_knows &&
       want->catalogue_knows (want->opaque, found->uuid))
     f |= BF_KNOWN;
@@ -414,6 +423,14 @@ log_refusal (enum binding_reason reason, const struct binding_want *want,
                   "catalogue records no merge of it; refusing to guess "
                   "which view of the origin is right (the file is left "
                   "unchanged)", path, name);
+    break;
+  case BR_OTHER_NAME:
+    snapfg_error ("cow=%s: the catalogue records this store as snapshot "
+                  "\"%s\" (uuid %s), but the store holds snapshot \"%s\" "
+                  "(uuid %s); refusing to serve it under another name (the "
+                  "file is left unchanged): correct the catalogue record",
+                  path, name, want->uuid ? want->uuid : "?",
+                  found->name, found->uuid);
     break;
   case BR_FORGOTTEN_RUNTIME:
     snapfg_error ("cow=%s: snapshot \"%s\" in this store was created at "

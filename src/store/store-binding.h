@@ -149,6 +149,8 @@ enum binding_fact {
                                    record's (BIND_RESTORE) */
   BF_KNOWN = 1u << 9,           /* the catalogue knows the record's uuid */
   BF_MERGE_EXPECTED = 1u << 10, /* the catalogue records its merge */
+  BF_OTHER_NAME = 1u << 12,     /* the record names another snapshot
+                                   than the opener's */
   /* Not read by the table: the origin differs, and origin-moved=true
    * vouches for it (the store is rebound, with a notice).
    */
@@ -177,6 +179,8 @@ enum binding_reason {
   BR_OTHER_CATALOGUE,
   BR_NOT_IN_CATALOGUE,
   BR_MERGE_WITHOUT_CATALOGUE,   /* startup with state=, merge-marked */
+  BR_OTHER_NAME,                /* restore: the store holds another
+                                   snapshot name than the record */
 };
 
 struct binding_decision {

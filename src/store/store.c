@@ -9,8 +9,12 @@
 #include <unistd.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include "store.h"
+#include "catalogue.h"
+#include "file-create.h"
 #include "exception-table.h"
 #include "snapfg-log.h"
 
@@ -64,12 +68,84 @@ store_bump_alloc (struct snapfg_store *st, uint64_t want, uint64_t *first,
   return 0;
 }
 
+/* A store in the state directory: the server's own file, named by the
+ * server.  Created with O_EXCL (a file already there is not ours to
+ * reuse: it is left alone) and never opened through a link, so that
+ * nothing planted there makes the server write elsewhere.
+ */
+static int
+open_in_state_dir (const struct snapfg_store_params *params,
+                   struct snapfg_store *st)
+{
+  struct stat sb;
+  int fd, r;
+
+  if (params->must_exist)
+    fd = openat (params->state_dirfd, params->state_leaf,
+                 O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  else
+    fd = create_in_dir (params->state_dirfd, params->state_leaf, O_RDWR,
+                        0600);
+  if (fd < 0) {
+    r = fd == -1 ? -errno : fd;
+    if (r == -EEXIST) {
+      bool link = fstatat (params->state_dirfd, params->state_leaf, &sb,
+                           AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK (sb.st_mode);
+      snapfg_error ("cow=%s: %s of that name is already in the state "
+                    "directory, but the catalogue records no snapshot "
+                    "using it (left by a crash, or put there by someone "
+                    "else); the server never reuses, overwrites or writes "
+                    "through it: remove it, or give this snapshot another "
+                    "name", params->path,
+                    link ? "a symbolic link" : "a file");
+    }
+    else if (r == -ELOOP)
+      snapfg_error ("cow=%s: is a symbolic link; the server never writes a "
+                    "store of its state directory through a link (remove "
+                    "the link)", params->path);
+    else
+      snapfg_error ("cow=%s: cannot %s the COW file: %s", params->path,
+                    params->must_exist ? "open" : "create", strerror (-r));
+    return r;
+  }
+  st->created = !params->must_exist;
+  if (fstat (fd, &sb) == -1 || !S_ISREG (sb.st_mode)) {
+    snapfg_error ("cow=%s: not a regular file", params->path);
+    r = -EINVAL;
+    goto fail;
+  }
+  if (params->must_exist) {
+    r = catalogue_check_owner (fd, params->path, false);
+    if (r < 0)
+      goto fail;
+  }
+  r = device_adopt_file (&st->dev, params->path, fd);
+  if (r < 0) {
+    snapfg_error ("cow=%s: %s", params->path, strerror (-r));
+    goto fail;
+  }
+  return 0;
+
+ fail:
+  close (fd);
+  if (st->created)
+    unlinkat (params->state_dirfd, params->state_leaf, 0);
+  st->created = false;
+  return r;
+}
+
 int
 store_open_device (const struct snapfg_store_params *params,
                    struct snapfg_store *st)
 {
   int r;
 
+  if (params->state_leaf) {
+    r = open_in_state_dir (params, st);
+    if (r < 0)
+      return r;
+    goto lock;
+  }
   /* Only a file may be created: an NBD export or a block device exists
    * (device_create says -EEXIST).
    */

@@ -116,6 +116,13 @@ struct snapfg_store_params {
   /* Who attaches the store, for the binding checks (NULL: none). */
   const struct binding_want *bind;
   bool must_exist;                 /* never create the file */
+  /* A store in the catalogue's state directory: created (O_EXCL) or
+   * opened as state_leaf in the directory open as state_dirfd, never
+   * through a symbolic link, and only if it is the server user's own.
+   * NULL: path is opened as given.
+   */
+  const char *state_leaf;
+  int state_dirfd;
 };
 
 /* Open (or create) the store at params->path.  Logs an error naming the
