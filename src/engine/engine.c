@@ -154,14 +154,13 @@ pthread_mutex_t engine_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static void
 live_remove (struct snapfg_snapshot *s)
 {
-  pthread_mutex_lock (&engine_live_lock);
+  SCOPED_MUTEX_LOCK (&engine_live_lock);
   if (s->live_prevp) {
     *s->live_prevp = s->live_next;
     if (s->live_next)
       s->live_next->live_prevp = s->live_prevp;
     s->live_prevp = NULL;
   }
-  pthread_mutex_unlock (&engine_live_lock);
 }
 
 void
@@ -169,13 +168,12 @@ snapshot_live_insert (struct snapfg_snapshot *s)
 {
   struct snapfg_engine *e = s->engine;
 
-  pthread_mutex_lock (&engine_live_lock);
+  SCOPED_MUTEX_LOCK (&engine_live_lock);
   s->live_next = e->live;
   if (e->live)
     e->live->live_prevp = &s->live_next;
   e->live = s;
   s->live_prevp = &e->live;
-  pthread_mutex_unlock (&engine_live_lock);
 }
 
 void
@@ -202,10 +200,11 @@ snapfg_engine_close (struct snapfg_engine *e)
   /* A merge that ended by itself detached its thread, which may still be
    * on its way out through the geometry lock.
    */
-  pthread_mutex_lock (&e->merge_threads_lock);
-  while (e->merge_threads > 0)
-    pthread_cond_wait (&e->merge_threads_done, &e->merge_threads_lock);
-  pthread_mutex_unlock (&e->merge_threads_lock);
+  {
+    SCOPED_MUTEX_LOCK (&e->merge_threads_lock);
+    while (e->merge_threads > 0)
+      pthread_cond_wait (&e->merge_threads_done, &e->merge_threads_lock);
+  }
   /* No origin change can come any more: the bitmaps close cleanly. */
   checkpoint_chain_close (e, true);
   /* No request can arrive any more, but a connection's close may still
@@ -226,13 +225,14 @@ snapfg_engine_close (struct snapfg_engine *e)
   /* Dropped snapshots that connections still hold outlive the engine:
    * take them off its list now.
    */
-  pthread_mutex_lock (&engine_live_lock);
-  while (e->live) {
-    struct snapfg_snapshot *s = e->live;
-    e->live = s->live_next;
-    s->live_prevp = NULL;
+  {
+    SCOPED_MUTEX_LOCK (&engine_live_lock);
+    while (e->live) {
+      struct snapfg_snapshot *s = e->live;
+      e->live = s->live_next;
+      s->live_prevp = NULL;
+    }
   }
-  pthread_mutex_unlock (&engine_live_lock);
   stats_destroy (&e->stats);
   pthread_cond_destroy (&e->merge_threads_done);
   pthread_mutex_destroy (&e->merge_threads_lock);
@@ -273,9 +273,10 @@ snapfg_set_block_size (struct snapfg_engine *e, uint32_t block_size)
     return -EINVAL;
   }
   /* Requests in flight finish under the old geometry. */
-  percpu_rwlock_write_lock (&e->geometry);
-  e->block_size = block_size;
-  percpu_rwlock_write_unlock (&e->geometry);
+  {
+    SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
+    e->block_size = block_size;
+  }
   if (snapfg_debug_lock)
     snapfg_debug ("block size is now %" PRIu32 " for new connections",
                   block_size);
@@ -297,23 +298,17 @@ snapfg_origin_path (struct snapfg_engine *e)
 uint32_t
 snapfg_block_size (struct snapfg_engine *e)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  uint32_t block_size = e->block_size;
-
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  return block_size;
+  SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
+  return e->block_size;
 }
 
 uint32_t
 snapfg_preferred_size (struct snapfg_engine *e, struct snapfg_snapshot *s)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
   uint32_t preferred = s ? s->chunk_size : e->min_chunk_size;
 
-  if (preferred < e->block_size)
-    preferred = e->block_size;
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  return preferred;
+  return preferred > e->block_size ? preferred : e->block_size;
 }
 
 /* Does s hold its own copy of every chunk of [first, last]? */
@@ -371,11 +366,13 @@ engine_origin_shrunk (struct snapfg_engine *e, int r, uint64_t end)
 int
 snapfg_engine_start_background (struct snapfg_engine *e)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  struct snapfg_snapshot *s = e->merging;
+  struct snapfg_snapshot *s;
   int r = 0;
 
-  percpu_rwlock_read_unlock (&e->geometry, token);
+  {
+    SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
+    s = e->merging;
+  }
   if (s) {
     snapfg_debug ("snapshot %s: resuming an interrupted merge", s->name);
     r = merge_start_thread (s);
