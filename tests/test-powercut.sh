@@ -127,6 +127,9 @@ round() {
         "$SNAPFGCTL" -S "$ctlsock" status snapshot >"$tmpdir/ctl.out" 2>&1 || true
         info "$what: status at the cut: $(head -c 200 "$tmpdir/ctl.out")"
     fi
+    # What write-back did before the cut (where stats report it).
+    timeout 10 "$SNAPFGCTL" -S "$ctlsock" stats >"$tmpdir/ctl.out" 2>&1 || true
+    grep -i '^write-back' "$tmpdir/ctl.out" | sed "s/^/$test_name: $what: at the cut: /" || true
     # The machine is off: snapfg dies with its disks.
     kill -KILL "$(nbdkit_pid "$pid")" 2>/dev/null || true
     wait "$(nbdkit_pid "$pid")" 2>/dev/null || true
