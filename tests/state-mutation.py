@@ -103,6 +103,14 @@ def state_dir_symlink_store(w):
     os.symlink(os.path.join(w.st, "s2.cow"), os.path.join(w.sd, "s1.cow"))
 
 
+def bitmap_symlink(w):
+    # The bitmap's contents, but behind a link to a file outside.
+    outside = os.path.join(w.root, "outside.cbt")
+    shutil.copyfile(os.path.join(w.sd, "c2.cbt"), outside)
+    os.unlink(os.path.join(w.sd, "c2.cbt"))
+    os.symlink(outside, os.path.join(w.sd, "c2.cbt"))
+
+
 def catalogue_symlink(w):
     os.rename(w.path, w.path + ".real")
     os.symlink(w.path + ".real", w.path)
@@ -212,13 +220,18 @@ CASES = [
     ("catalogue-writable", "refuse:chmod go-w", lambda w: os.chmod(w.path, 0o666)),
     ("store-group-writable", "refuse:chmod go-w",
      lambda w: os.chmod(os.path.join(w.sd, "s1.cow"), 0o620)),
+    ("bitmap-writable", "refuse:chmod go-w",
+     lambda w: os.chmod(os.path.join(w.sd, "c1.cbt"), 0o666)),
+    ("bitmap-symlink", "refuse:symbolic link", bitmap_symlink),
+    ("bitmap-other-owner", "refuse:chown",
+     lambda w: os.chown(os.path.join(w.sd, "c2.cbt"), 65534, -1)),
     ("catalogue-other-owner", "refuse:chown", lambda w: os.chown(w.path, 65534, -1)),
     ("state-dir-other-owner", "refuse:chown", lambda w: os.chown(w.sd, 65534, -1)),
     ("store-other-owner", "refuse:chown",
      lambda w: os.chown(os.path.join(w.sd, "s1.cow"), 65534, -1)),
 ]
 
-NEEDS_ROOT = {"catalogue-other-owner", "state-dir-other-owner",
+NEEDS_ROOT = {"bitmap-other-owner", "catalogue-other-owner", "state-dir-other-owner",
               "store-other-owner"}
 
 

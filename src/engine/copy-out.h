@@ -7,6 +7,7 @@
 #ifndef SNAPFG_COPY_OUT_H
 #define SNAPFG_COPY_OUT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine-internal.h"
@@ -27,11 +28,20 @@ extern int snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
 /* Copy out every chunk from 'first' to 'last' (inclusive) that snapshot s
  * does not hold yet, before an origin change: together, in batches (one
  * commit per batch, consecutive chunks in one read and one write).
+ * With defer (write-back), the commit is left to the committer
+ * (writeback_defer_commit) instead of waited for.
  * Returns 0 once every chunk is remapped, -ENOSPC if the store is full,
  * -EIO if the snapshot is (or became) Invalid, or the origin's read
  * error.
  */
 extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
-                                    uint64_t first, uint64_t last);
+                                    uint64_t first, uint64_t last,
+                                    bool defer);
+
+/* Is the chunk remapped in s with no copy of it in progress (state D)?
+ * Takes the chunk's stripe lock.
+ */
+extern bool snapshot_chunk_is_remapped (struct snapfg_snapshot *s,
+                                        uint64_t chunk);
 
 #endif

@@ -22,6 +22,7 @@
 #include "percpu-rwlock.h"
 #include "store.h"
 #include "stats.h"
+#include "writeback.h"
 #include "engine-test-hooks.h"
 
 /* log2 of the number of stripes with locking=striped.  4096 stripes of
@@ -112,6 +113,9 @@ struct snapfg_engine {
    */
   struct checkpoint_chain *cbt;
   struct cbt_bitmap *_Atomic cbt_active;
+
+  /* Write-back of first writes (writeback.c). */
+  struct writeback *wb;
 };
 
 /* The origin's [offset, offset+count) is about to change: record it in
@@ -139,6 +143,15 @@ snapshot_is_valid (const struct snapfg_snapshot *s)
 /* Mark a snapshot Invalid (once), telling its store; says why. */
 extern void snapshot_invalidate (struct snapfg_snapshot *s, const char *why,
                                  int err);
+
+/* The kinds of origin change (io-origin.c, merge.c, writeback.c). */
+enum origin_op { ORIGIN_READ, ORIGIN_WRITE, ORIGIN_ZERO, ORIGIN_TRIM };
+/* Change the origin itself, once every snapshot holds its copy (io-origin.c;
+ * the committer applies held writes with it).  Logs a failure.
+ */
+extern int origin_apply_change (struct snapfg_engine *e, enum origin_op op,
+                                const void *buf, uint32_t count,
+                                uint64_t offset, unsigned flags);
 
 /* An origin request ending at 'end' failed with r.  If that is because
  * the origin file shrank under the server, say so (once per new size),

@@ -380,6 +380,9 @@ snapshot_create (struct snapfg_engine *e,
     checkpoint_forget_snapshot (e, o->name);
   if (o->checkpoint) {
     r = checkpoint_prepare (e, o->checkpoint, o->name, &cp);
+    if (r == 0 && o->checkpoint_owner &&
+        (r = checkpoint_set_owner (cp, o->checkpoint_owner)) < 0)
+      checkpoint_abandon (e, cp);
     if (r < 0) {
       snapshot_discard (s);
       return r;
@@ -392,6 +395,10 @@ snapshot_create (struct snapfg_engine *e,
    */
   {
     SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
+    /* Writes acknowledged before the snapshot's instant are in it: held
+     * ones reach the origin first (snapshot reads never see held data).
+     */
+    writeback_drain (e);
     r = insert_snapshot_locked (e, s, o, cp, params.type, why, sizeof why);
   }
   if (r < 0) {

@@ -120,6 +120,11 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
     SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
     size_t i;
 
+    /* The committer may still hold exceptions of this snapshot to
+     * commit: let it finish with them before the store goes.
+     */
+    writeback_drain (e);
+
     for (i = 0; i < e->nsnapshots; ++i) {
       if (strcmp (e->snapshots[i]->name, name) == 0) {
         s = e->snapshots[i];

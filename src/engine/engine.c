@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "copy-out.h"
 #include "merge.h"
 #include "power-of-two.h"
 #include "scoped-lock.h"
@@ -138,6 +139,16 @@ snapfg_engine_open (const struct snapfg_options *opts,
   engine_parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
   engine_parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
 
+  r = writeback_open (e, opts->writeback, opts->writeback_max
+                      ? opts->writeback_max : SNAPFG_DEFAULT_WRITEBACK_MAX);
+  if (r < 0) {
+    stats_destroy (&e->stats);
+    pthread_cond_destroy (&e->merge_threads_done);
+    pthread_mutex_destroy (&e->merge_threads_lock);
+    percpu_rwlock_destroy (&e->geometry);
+    goto err_zeroes;
+  }
+
   *ep = e;
   return 0;
 
@@ -155,6 +166,10 @@ snapfg_engine_close (struct snapfg_engine *e)
 {
   if (e == NULL)
     return;
+  /* A clean stop applies everything held (no request can come any
+   * more); the origin and the stores are synced below and as they close.
+   */
+  writeback_close (e);
   for (size_t i = 0; i < e->nsnapshots; ++i)
     merge_stop_thread (e->snapshots[i]);
   /* A merge that ended by itself detached its thread, which may still be
@@ -198,6 +213,8 @@ snapfg_engine_close (struct snapfg_engine *e)
   pthread_mutex_destroy (&e->merge_threads_lock);
   percpu_rwlock_destroy (&e->geometry);
   free ((void *) e->zeroes);
+  if (!e->origin.readonly && device_flush (&e->origin) < 0)
+    snapfg_error ("origin=%s: flush at close failed", e->origin.path);
   device_close (&e->origin);
   free (e);
 }
@@ -276,18 +293,9 @@ static bool
 snapshot_holds_chunks (struct snapfg_snapshot *s, uint64_t first,
                        uint64_t last)
 {
-  for (uint64_t chunk = first; chunk <= last; ++chunk) {
-    struct exception_stripe *stripe = exception_table_stripe (&s->table,
-                                                              chunk);
-    bool held;
-
-    exception_stripe_lock (stripe);
-    held = exception_stripe_lookup (stripe, chunk, NULL) &&
-      !exception_stripe_is_pending (stripe, chunk);
-    exception_stripe_unlock (stripe);
-    if (!held)
+  for (uint64_t chunk = first; chunk <= last; ++chunk)
+    if (!snapshot_chunk_is_remapped (s, chunk))
       return false;
-  }
   return true;
 }
 
@@ -337,12 +345,21 @@ snapfg_engine_start_background (struct snapfg_engine *e)
     snapfg_debug ("snapshot %s: resuming an interrupted merge", s->name);
     r = merge_start_thread (s);
   }
+  if (r == 0)
+    r = writeback_start (e);
   return r;
 }
 
 int
 snapfg_flush (struct snapfg_engine *e, struct snapfg_snapshot *from)
 {
+  /* Every write acknowledged before the flush reaches the origin first,
+   * each after its exceptions are durable (with no lock held: a
+   * geometry change waiting for this request must not stop the
+   * committer).  Then everything is synced as without write-back.
+   */
+  writeback_wait_all (e);
+
   SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
   int r = 0;
 

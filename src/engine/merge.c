@@ -360,6 +360,10 @@ merge_prepare_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
     return "it is Invalid (its contents are lost): drop it";
   if (e->nsnapshots != 1)
     return "it is not the origin's only snapshot; drop the others first";
+  /* Held writes go to the origin before its view is routed through the
+   * merge (which writes to the origin itself).
+   */
+  writeback_drain (e);
   /* The catalogue first: a restart that finds it merging either resumes
    * the merge (the store is marked) or starts it (it is not yet).
    */

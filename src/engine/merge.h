@@ -12,7 +12,6 @@
  * not yet merged are read from and written to the COW store.  op is one
  * an origin_op.  Called with the geometry read side held.
  */
-enum origin_op { ORIGIN_READ, ORIGIN_WRITE, ORIGIN_ZERO, ORIGIN_TRIM };
 extern int merge_origin_io (struct snapfg_engine *e, enum origin_op op,
                             void *buf, uint32_t count, uint64_t offset,
                             unsigned flags);
