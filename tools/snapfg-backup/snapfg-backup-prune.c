@@ -105,14 +105,14 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
   json_t *last = json_array_get (runs, json_array_size (runs) - 1);
   const char *keep1 = json_str (last, "checkpoint");
   const char *keep2 = diff_checkpoint_to_keep (runs);
-  json_t *req = json_pack ("{s:s}", "cmd", "checkpoint-list");
+  json_t *req = control_request (CONTROL_CHECKPOINT_LIST);
   json_t *reply, *v, *dropped = json_array ();
   char prefix[64], err[512];
   size_t i;
 
   snprintf (prefix, sizeof prefix, "snapfg-backup-%s-",
             json_str (manifest, "chain_id"));
-  reply = control_call (o->socket, req, err, sizeof err);
+  reply = control_call (o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("warning: listing the server's checkpoints: %s", err);
@@ -124,8 +124,9 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
     if (n == NULL || strncmp (n, prefix, strlen (prefix)) != 0 ||
         (keep1 && strcmp (n, keep1) == 0) || (keep2 && strcmp (n, keep2) == 0))
       continue;
-    req = json_pack ("{s:s, s:s}", "cmd", "checkpoint-drop", "name", n);
-    r = control_call (o->socket, req, err, sizeof err);
+    req = control_request (CONTROL_CHECKPOINT_DROP);
+    control_request_set_string (req, "name", n);
+    r = control_call (o, req, err, sizeof err);
     json_decref (req);
     if (r == NULL)
       backup_error ("warning: dropping checkpoint %s: %s", n, err);
