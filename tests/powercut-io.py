@@ -6,22 +6,23 @@
 #        [--flush-every F] [--trigger FILE --trigger-after N] [--max-writes M]
 #        [--final-flush]
 #       Random writes and zeroes (multiples of 512 bytes) to the origin
-#       export URI, K in flight on one connection (libnbd aio), a flush
-#       issued every F completed writes, also in flight.  Requests in
+#       export URI, K in flight on one connection (libnbd aio), one in ten
+#       with FUA (--fua P), a flush issued every F completed writes, also
+#       in flight.  Requests in
 #       flight never overlap, so the writes to each sector have one
 #       order.  After N completed writes it creates FILE (the harness
 #       cuts the power), then goes on until a request fails or M writes
 #       are done, and waits for every reply (at most --timeout seconds
 #       in all).  --final-flush: then a flush, which must succeed.
 #       LOG records each write (offset, data, acknowledged or not) and
-#       which writes a completed flush covers: those acknowledged before
-#       the flush was sent.
+#       which writes are durable: those acknowledged with FUA or before a
+#       flush that completed was sent.
 #   check LOG --base BASE (--image FILE | --uri URI)
 #       The origin after the restart, per 512-byte sector: a sector whose
-#       last write a completed flush covers holds that write (or a later
-#       one); any other written sector holds its contents before its
-#       first uncovered write or one of the writes made since; a sector
-#       never written holds BASE.  Prints what it found.
+#       last durable write is W holds W or a later one; any other
+#       written sector holds its contents before its first write that is
+#       not durable, or one of the writes made since; a sector never
+#       written holds BASE.  Prints what it found.
 #
 # Exit status 1 and a message naming the first wrong sectors on failure.
 
@@ -48,6 +49,7 @@ def cmd_load(a):
     ranges = {}           # cookie -> (start, end) of a write in flight
     flushed_upto = []     # completed flushes: the event count at issue
     acked_at = []         # per write: the event count at its ack, or None
+    is_fua = []           # per write: sent with FUA
     event = 0
     completed = 0
     since_flush = 0
@@ -76,15 +78,18 @@ def cmd_load(a):
             else:
                 break                   # wait for a reply
             i = len(writes)
+            fua = rng.random() < a.fua
+            flags = nbd.CMD_FLAG_FUA if fua else 0
             if rng.random() < 0.1:
-                cookie = h.aio_zero(length, off)
+                cookie = h.aio_zero(length, off, flags=flags)
                 writes.append([off, None, length, False])
             else:
                 data = rng.randbytes(length)
                 buf = nbd.Buffer.from_bytearray(bytearray(data))
-                cookie = h.aio_pwrite(buf, off)
+                cookie = h.aio_pwrite(buf, off, flags=flags)
                 writes.append([off, data, length, False])
             acked_at.append(None)
+            is_fua.append(fua)
             inflight[cookie] = ("w", i)
             ranges[cookie] = (off, off + length)
             event += 1
@@ -130,15 +135,16 @@ def cmd_load(a):
         flushed_upto.append(event)
     close(h)
 
-    # Which writes a completed flush covers: acknowledged before the
-    # latest completed flush was sent.
+    # Which writes are durable: acknowledged before the latest completed
+    # flush was sent, or acknowledged with FUA.
     last_flush = max(flushed_upto) if flushed_upto else -1
-    covered = [t is not None and t < last_flush for t in acked_at]
+    covered = [t is not None and (t < last_flush or f)
+               for t, f in zip(acked_at, is_fua)]
     with open(a.log, "wb") as f:
         pickle.dump({"size": size, "writes": writes, "covered": covered}, f)
-    log("%d writes (%d acknowledged, %d covered by a completed flush), "
-        "%d flushes completed, %d requests failed%s" %
-        (len(writes), sum(w[3] for w in writes), sum(covered),
+    log("%d writes (%d acknowledged, %d with FUA, %d durable by FUA or a "
+        "completed flush), %d flushes completed, %d requests failed%s" %
+        (len(writes), sum(w[3] for w in writes), sum(is_fua), sum(covered),
          len(flushed_upto), errors,
          ": " + first_error if first_error else ""))
     if not triggered:
@@ -227,6 +233,7 @@ def main():
     s.add_argument("--in-flight", type=int, default=8)
     s.add_argument("--max-len", type=int, default=65536)
     s.add_argument("--flush-every", type=int, default=16)
+    s.add_argument("--fua", type=float, default=0.1)
     s.add_argument("--trigger")
     s.add_argument("--trigger-after", type=int, default=100)
     s.add_argument("--after-trigger", type=int, default=64)
