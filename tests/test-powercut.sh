@@ -9,8 +9,9 @@
 # cow=nbd+unix:///cow?socket=..., store=persistent).
 #
 # Each round: a random origin, snapfg started with a new snapshot of it;
-# one client writes and zeroes the origin at random, 8 requests in
-# flight, a flush every 16 writes; after a random number of writes it
+# a client writes and zeroes the origin at random over two connections,
+# 8 requests in flight, one in ten with FUA, a flush on either
+# connection every 16 writes; after a random number of writes it
 # pulls the plugin's trigger: the power goes, and each unflushed sector
 # keeps its old contents or one of its unflushed versions (at random,
 # from the printed seed).  snapfg is then killed (the machine is off),
@@ -19,9 +20,10 @@
 #   - the snapshot reads back byte for byte as the origin was when it
 #     was taken (with durability=flush it may instead be Invalid, never
 #     different);
-#   - every origin write acknowledged before a completed flush was sent
-#     is there, and every other sector holds its old contents or one of
-#     the writes made to it (per 512-byte sector; powercut-io.py check).
+#   - every origin write acknowledged with FUA, or before a flush that
+#     completed was sent (on either connection), is there, and every
+#     other sector holds its old contents or one of the writes made to
+#     it (per 512-byte sector; powercut-io.py check).
 #
 # The rounds: writeback=on and writeback=off; chunk sizes 4K and 64K;
 # writes of up to one chunk and of up to four (64K chunks) or sixteen
