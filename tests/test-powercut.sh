@@ -55,19 +55,6 @@ repeat=${SNAPFG_POWERCUT_ROUNDS:-2}
 nround=0
 npassed=0
 
-# The writeback= parameter, where this snapfg has it.
-if nbdkit "$SNAPFG_PLUGIN" --help 2>/dev/null | grep -q '^writeback='; then
-    modes="on off"
-else
-    modes="off"
-    info "note: this snapfg has no writeback= parameter: running the rounds without it (today's behaviour, writeback=off)"
-fi
-
-wb_param() {
-    case $modes in
-        *on*) echo "writeback=$1" ;;
-    esac
-}
 
 # snapshot_state: the snapshot's description (nbdinfo --list), or
 # "missing" if it is not listed.
@@ -99,7 +86,7 @@ round() {
     params=(origin="$(uri "$dsock" origin)" cow="$(uri "$dsock" cow)"
             store=persistent chunk-size="$chunk" control="$ctlsock")
     [ "$dur" = sync ] || params+=(durability="$dur")
-    params+=($(wb_param "$wb"))
+    params+=(writeback="$wb")
     start_disks "$dsock" disk=origin:"$oimg" disk=cow:"$cimg" \
         seed="$rseed" trigger="$trig" report="$rep"
     export SNAPFG_TEST_BOOT_ID="powercut-$rseed-boot-1"
@@ -231,7 +218,7 @@ restart_snapfg() {
 }
 
 for _ in $(seq "$repeat"); do
-    for wb in $modes; do
+    for wb in on off; do
         round "writeback=$wb, 4K chunks, writes of one chunk" 4096 4096 "$wb" sync no
         round "writeback=$wb, 4K chunks, writes of up to 16 chunks" 4096 65536 "$wb" sync no
         round "writeback=$wb, 64K chunks, writes within one chunk" 65536 65536 "$wb" sync no
