@@ -86,7 +86,8 @@ info "=== 1. a catalogue without the origin's identity"
 "$PY" - "$state" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-del d["origin"]["dev"], d["origin"]["ino"]
+d["origin"].pop("dev", None)
+d["origin"].pop("ino", None)
 open(sys.argv[1], "w").write(json.dumps(d, indent=2) + "\n")
 EOF
 served "no identity recorded" origin="$origin" state="$state"
@@ -99,7 +100,8 @@ info "=== 2. a copy renamed into the origin's place"
 ln "$origin" "$tmpdir/kept.img"
 cp "$origin" "$tmpdir/copy.img"
 mv "$tmpdir/copy.img" "$origin"
-refused "the origin replaced" "state=$state" "the origin was replaced" \
+refused "the origin replaced" "state=$state: the origin was replaced" \
+    "the catalogue recorded origin $rtmp/origin.img" \
     "device $(stat -c %d "$origin") inode $(stat -c %i "$tmpdir/kept.img")" \
     "inode $(stat -c %i "$origin")" "origin-moved=true" \
     -- origin="$origin" state="$state"
