@@ -3,10 +3,10 @@
 /* snapfg: locks held for the rest of the current scope.
  *
  *   SCOPED_MUTEX_LOCK (&m);                  pthread mutex
- *   SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
- *                                            read side of a percpu_rwlock
- *   SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
- *                                            its write side
+ *
+ * (the engine's geometry lock has its own, SCOPED_GEOMETRY_READ_LOCK and
+ * SCOPED_GEOMETRY_WRITE_LOCK, beside it in src/engine/percpu-rwlock.h,
+ * built on SCOPED_LOCK_NAME below.)
  *
  * The lock is taken where the macro stands and released when the
  * enclosing block is left, by any path (end of block, return, goto out,
@@ -26,8 +26,6 @@
 #define SNAPFG_SCOPED_LOCK_H
 
 #include <pthread.h>
-
-#include "percpu-rwlock.h"
 
 /* A name unique within the translation unit, for the hidden variables. */
 #define SCOPED_LOCK_CONCAT_(a, b) a##b
@@ -53,51 +51,5 @@ scoped_mutex_unlock_ (pthread_mutex_t **m)
   pthread_mutex_t *SCOPED_LOCK_NAME (scoped_mutex_)                     \
     __attribute__ ((cleanup (scoped_mutex_unlock_), unused))            \
     = scoped_mutex_lock_ (m)
-
-/* --- the per-CPU reader/writer lock (the engine's geometry lock) --- */
-
-struct scoped_read_lock_ {
-  struct percpu_rwlock *lock;
-  percpu_rwlock_token token;
-};
-
-static inline struct scoped_read_lock_
-scoped_read_lock_ (struct percpu_rwlock *lock)
-{
-  struct scoped_read_lock_ held = {
-    .lock = lock,
-    .token = percpu_rwlock_read_lock (lock),
-  };
-  return held;
-}
-
-static inline void
-scoped_read_unlock_ (struct scoped_read_lock_ *held)
-{
-  percpu_rwlock_read_unlock (held->lock, held->token);
-}
-
-#define SCOPED_GEOMETRY_READ_LOCK(lock)                                 \
-  struct scoped_read_lock_ SCOPED_LOCK_NAME (scoped_read_)              \
-    __attribute__ ((cleanup (scoped_read_unlock_), unused))             \
-    = scoped_read_lock_ (lock)
-
-static inline struct percpu_rwlock *
-scoped_write_lock_ (struct percpu_rwlock *lock)
-{
-  percpu_rwlock_write_lock (lock);
-  return lock;
-}
-
-static inline void
-scoped_write_unlock_ (struct percpu_rwlock **lock)
-{
-  percpu_rwlock_write_unlock (*lock);
-}
-
-#define SCOPED_GEOMETRY_WRITE_LOCK(lock)                                \
-  struct percpu_rwlock *SCOPED_LOCK_NAME (scoped_write_)                \
-    __attribute__ ((cleanup (scoped_write_unlock_), unused))            \
-    = scoped_write_lock_ (lock)
 
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* Unit test of src/scoped-lock.h: each scoped lock is held from its
+/* Unit test of common/scoped-lock.h and the SCOPED_GEOMETRY_* locks of
+ * src/engine/percpu-rwlock.h: each scoped lock is held from its
  * macro to the end of the scope and released on every way out (end of
  * block, return, break), two in one scope are both released, and the
  * geometry read lock really holds the read side (a writer waits for it)
@@ -15,6 +16,7 @@
 #include <stdbool.h>
 #include <unistd.h>
 
+#include "percpu-rwlock.h"
 #include "scoped-lock.h"
 #include "unit-test.h"
 

@@ -19,8 +19,11 @@ st/s3.cow, and another server's state in stB/ (catB.json, catB.json.d/
 x1.cow: another origin).
 
 EXPECT is "serve:EXPORTS" (the server must start and serve exactly
-those snapshots, byte for byte) or "refuse:TEXT" (the start must fail
-with TEXT in its message and every file exactly as it was).
+those snapshots, byte for byte), "serve:EXPORTS;inconsistent=C1,C2"
+(the same, and afterwards the catalogue records exactly checkpoints C1,
+C2 as inconsistent, so that the next backup is a full one) or
+"refuse:TEXT" (the start must fail with TEXT in its message and every
+file exactly as it was).
 
 To add a case, add a row to CASES: a name, the expected outcome and a
 function of a Work that mutates the files (w.cat is the catalogue as a
@@ -98,6 +101,14 @@ def missing_catalogue(w):
 def state_dir_symlink_store(w):
     os.unlink(os.path.join(w.sd, "s1.cow"))
     os.symlink(os.path.join(w.st, "s2.cow"), os.path.join(w.sd, "s1.cow"))
+
+
+def bitmap_symlink(w):
+    # The bitmap's contents, but behind a link to a file outside.
+    outside = os.path.join(w.root, "outside.cbt")
+    shutil.copyfile(os.path.join(w.sd, "c2.cbt"), outside)
+    os.unlink(os.path.join(w.sd, "c2.cbt"))
+    os.symlink(outside, os.path.join(w.sd, "c2.cbt"))
 
 
 def catalogue_symlink(w):
@@ -188,6 +199,12 @@ CASES = [
     ("truncated-half", "refuse:truncated", lambda w: truncate(w, 0.5)),
     ("truncated-tail", "refuse:truncated", lambda w: truncate(w, 0.98)),
     ("missing-catalogue", "serve:-", missing_catalogue),
+    # checkpoint bitmaps (more: the bitmaps' own binding to their
+    # checkpoint, catalogue and origin)
+    ("bitmap-missing", "serve:" + ALL + ";inconsistent=c2",
+     lambda w: os.unlink(os.path.join(w.sd, "c2.cbt"))),
+    ("bitmap-truncated", "serve:" + ALL + ";inconsistent=c1",
+     lambda w: os.truncate(os.path.join(w.sd, "c1.cbt"), 100)),
     # files swapped between records or servers, or gone
     ("swapped-store-files", "refuse:not the store the catalogue recorded",
      lambda w: w.swap_files(os.path.join(w.st, "s2.cow"), os.path.join(w.st, "s3.cow"))),
@@ -203,13 +220,18 @@ CASES = [
     ("catalogue-writable", "refuse:chmod go-w", lambda w: os.chmod(w.path, 0o666)),
     ("store-group-writable", "refuse:chmod go-w",
      lambda w: os.chmod(os.path.join(w.sd, "s1.cow"), 0o620)),
+    ("bitmap-writable", "refuse:chmod go-w",
+     lambda w: os.chmod(os.path.join(w.sd, "c1.cbt"), 0o666)),
+    ("bitmap-symlink", "refuse:symbolic link", bitmap_symlink),
+    ("bitmap-other-owner", "refuse:chown",
+     lambda w: os.chown(os.path.join(w.sd, "c2.cbt"), 65534, -1)),
     ("catalogue-other-owner", "refuse:chown", lambda w: os.chown(w.path, 65534, -1)),
     ("state-dir-other-owner", "refuse:chown", lambda w: os.chown(w.sd, 65534, -1)),
     ("store-other-owner", "refuse:chown",
      lambda w: os.chown(os.path.join(w.sd, "s1.cow"), 65534, -1)),
 ]
 
-NEEDS_ROOT = {"catalogue-other-owner", "state-dir-other-owner",
+NEEDS_ROOT = {"bitmap-other-owner", "catalogue-other-owner", "state-dir-other-owner",
               "store-other-owner"}
 
 

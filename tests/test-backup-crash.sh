@@ -40,8 +40,9 @@ origin=$(uri "$sock")
 start() {
     local boot=$1
     shift
+    # writeback=off: acknowledged writes survive a kill -9.
     SNAPFG_TEST_BOOT_ID=$boot start_snapfg "$sock" "$pidf" origin="$disk" \
-        state="$state" control="$ctl" "$@"
+        state="$state" control="$ctl" writeback=off "$@"
 }
 kill9() {
     kill -KILL "$(nbdkit_pid "$pidf")"

@@ -169,20 +169,23 @@ rm -f "$tmpdir/resume"
 SNAPFG_BACKUP_TEST_PAUSE=restore-copy SNAPFG_BACKUP_TEST_RESUME="$tmpdir/resume" \
     "$SNAPFG_BACKUP" restore "$dir" "$tmpdir/killed.img" >"$tmpdir/bk.log" 2>&1 &
 pid=$!
-for _ in $(seq 600); do
-    [ "$(pgrep -f "qemu-nbd.*$tmpdir" | wc -l)" -ge 2 ] && break
-    sleep 0.05
-done
-[ "$(pgrep -f "qemu-nbd.*$tmpdir" | wc -l)" -ge 1 ] || check_fail "no qemu-nbd seen during the restore"
-kill -KILL "$pid"
-wait "$pid" 2>/dev/null || true
-for _ in $(seq 100); do
-    pgrep -f "qemu-nbd.*$tmpdir" >/dev/null || break
+# It pauses with both qemu-nbd (the chain, the output) running.
+for _ in $(seq 300); do
+    [ "$(pgrep -P "$pid" -x qemu-nbd | wc -l)" -ge 2 ] && break
     sleep 0.1
 done
-if pgrep -f "qemu-nbd.*$tmpdir" >/dev/null; then
-    check_fail "qemu-nbd outlived the killed restore: $(pgrep -af "qemu-nbd.*$tmpdir")"
-    pkill -KILL -f "qemu-nbd.*$tmpdir" || true
+children=$(pgrep -P "$pid" -x qemu-nbd | tr '\n' ' ')
+[ "$(echo $children | wc -w)" -ge 2 ] || check_fail "not two qemu-nbd under the restore: '$children'"
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null || true
+alive() { for c in $children; do kill -0 "$c" 2>/dev/null && echo "$c"; done; true; }
+for _ in $(seq 100); do
+    [ -z "$(alive)" ] && break
+    sleep 0.1
+done
+if [ -n "$(alive)" ]; then
+    check_fail "qemu-nbd outlived the killed restore: $(alive)"
+    for c in $(alive); do kill -KILL "$c" 2>/dev/null || true; done
 else
     info "ok: no qemu-nbd outlives a killed restore"
 fi

@@ -39,8 +39,10 @@ acked_at_least() {
     n=$(grep -c '^A' "$1" 2>/dev/null) || n=0
     [ "$n" -ge "$2" ]
 }
+# writeback=off: every acknowledged write must be in the checkpoint and
+# on the origin after a kill -9.
 start() {
-    start_snapfg "$sock" "$pid" origin="$origin" state="$state" control="$ctlsock"
+    start_snapfg "$sock" "$pid" origin="$origin" state="$state" control="$ctlsock" writeback=off
 }
 kill9() {
     kill -KILL "$(nbdkit_pid "$pid")"

@@ -23,7 +23,8 @@ require_control_tools
 MiB=$((1024 * 1024))
 test_files $((8 * MiB))
 state="$tmpdir/catalogue.json"
-start() { rm -f "$ctlsock"; start_snapfg "$sock" "$pid" origin="$origin" state="$state" control="$ctlsock" "$@"; }
+# writeback=off: the writes before the kill -9 below are not flushed.
+start() { rm -f "$ctlsock"; start_snapfg "$sock" "$pid" origin="$origin" state="$state" control="$ctlsock" writeback=off "$@"; }
 origin_write() { # SEED OFFSET LENGTH
     cio writes "$(uri "$sock" origin)" --seed "$1" --list "$2:$3" >/dev/null ||
         fail "origin write failed"

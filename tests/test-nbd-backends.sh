@@ -425,8 +425,10 @@ fault_origin() {
         error-pwrite=EIO error-pwrite-rate=100% error-pwrite-file="$wtrigger" \
         error-pread=EIO error-pread-rate=100% error-pread-file="$rtrigger"
     start_backend "$csock" memory 16M
+    # writeback=off: the origin's write error reaches the client itself
+    # (test-writeback.sh covers it after a write-back acknowledgement).
     start_snapfg "$sock" "$pid" origin="$(uri "$osock")" \
-        cow="$(uri "$csock")" store=persistent chunk-size=$chunk
+        cow="$(uri "$csock")" store=persistent chunk-size=$chunk writeback=off
     nbdio pwrite "$(uri "$sock" origin)" 0 8192 0x11 "$expected" ||
         check_fail "origin errors: origin write before the errors failed"
 

@@ -20,6 +20,8 @@
 #  5. Reopened with durability=sync in the same boot after a kill -9:
 #     valid, synced, the mark cleared at once.
 set -euo pipefail
+# writeback=off: this loop asserts that every acknowledged write survives
+# a kill -9 (write-back keeps that promise only for flushed writes).
 source "$(dirname "$0")/persistent-functions.sh"
 require_persistent_tools
 
@@ -53,7 +55,7 @@ check_whole() {
 # ---- 1. the header while running ----------------------------------------
 info "=== durability=flush: the header while the server runs"
 fresh
-SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush
+SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush writeback=off
 pio write-random "$(uri "$sock" origin)" --seed "$seed" --count 40 --max-len 65536 >/dev/null
 v=$(header_le32 "$cow" 4)
 m=$(mark "$cow")
@@ -76,7 +78,7 @@ stop_nbdkit "$pid"
 info "=== durability=flush: kill -9 loop, $rounds rounds, 3 writers"
 fresh
 for round in $(seq "$rounds"); do
-    SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush
+    SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush writeback=off
     for w in 1 2 3; do
         pio writer-loop "$(uri "$sock" origin)" --seed $((seed + round * 10 + w)) \
             --max-len $((w == 3 ? 1048576 : 65536)) --in-flight 4 \
@@ -98,7 +100,7 @@ done
 
 # ---- 5. reopened with durability=sync after a kill -9 -----------------------
 info "=== durability=flush, kill -9, reopened with durability=sync (same boot)"
-SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush
+SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush writeback=off
 pio write-random "$(uri "$sock" origin)" --seed $((seed + 1)) --count 40 --max-len 262144 >/dev/null
 kill9_nbdkit "$pid"
 [ "$(mark "$cow")" = "SFGuboot-A" ] ||
@@ -113,11 +115,11 @@ stop_nbdkit "$pid"
 
 # ---- 4. an unclean system stop ----------------------------------------------
 info "=== durability=flush: unclean system stop (kill -9, restart with another boot id)"
-SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush
+SNAPFG_TEST_BOOT_ID=boot-A start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush writeback=off
 pio write-random "$(uri "$sock" origin)" --seed $((seed + 2)) --count 40 --max-len 262144 >/dev/null
 kill9_nbdkit "$pid"
 for boot in boot-C boot-A; do
-    SNAPFG_TEST_BOOT_ID=$boot start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush
+    SNAPFG_TEST_BOOT_ID=$boot start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" durability=flush writeback=off
     out=$(pio read "$(uri "$sock" snapshot)" 0 4096)
     [ "$out" = "errno EIO" ] ||
         check_fail "after an unclean stop, boot $boot: a snapshot read gave '$out', expected errno EIO"

@@ -14,7 +14,8 @@
 #           state file is exactly as it was (listing, modes, owners,
 #           contents);
 #   serve:  the server starts and serves exactly the snapshots the
-#           table names, byte for byte, and no file is gone.
+#           table names, byte for byte, no file is gone, and exactly the
+#           checkpoints the table names are recorded as inconsistent.
 set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
@@ -77,6 +78,10 @@ while read -r name expect; do
     marker="$tmpdir/served.$name"
     exports=${expect#serve:}
     [ "$exports" != "$expect" ] || exports=-
+    inconsistent=
+    case $exports in
+    *";inconsistent="*) inconsistent=${exports#*;inconsistent=}; exports=${exports%%;*} ;;
+    esac
     status=0
     timeout 60 nbdkit -U - --run "'$PY' '$SM' verify \"\$unixsocket\" '$work' '$exports' '$marker'" \
         "$SNAPFG_PLUGIN" origin="$origin" state="$st/cat.json" \
@@ -105,12 +110,16 @@ while read -r name expect; do
             check_fail "$name: the server does not serve exactly $exports: $(tail -c 600 "$tmpdir/run.err")"
         elif [ -n "$gone" ]; then
             check_fail "$name: served, but files are gone: $gone"
+        elif [ -f "$st/cat.json" ] &&
+             got=$(jq_py "$st/cat.json" '",".join(sorted(c["name"] for c in d["checkpoints"] if c["state"] == "inconsistent"))') &&
+             [ "$got" != "$inconsistent" ]; then
+            check_fail "$name: served, but the catalogue records checkpoints '$got' as inconsistent, expected '$inconsistent'"
         else
-            info "ok: $name: served exactly ${exports/-/the origin alone}, no file gone"
+            info "ok: $name: served exactly ${exports/-/the origin alone}, no file gone${inconsistent:+, checkpoints $inconsistent inconsistent}"
         fi ;;
     *) fail "$name: unknown expectation '$expect'" ;;
     esac
 done < <("$PY" "$SM" cases)
-[ "$cases" -gt 40 ] || fail "only $cases cases ran"
+[ "$cases" -gt 50 ] || fail "only $cases cases ran"
 info "$cases cases"
 finish

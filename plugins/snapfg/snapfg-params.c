@@ -29,6 +29,8 @@ struct plugin_params params = {
   .durability = SNAPFG_DURABILITY_SYNC,
   .max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS,
   .cbt_granularity = CBT_DEFAULT_GRANULARITY,
+  .writeback = true,
+  .writeback_max = SNAPFG_DEFAULT_WRITEBACK_MAX,
 };
 
 void
@@ -204,6 +206,26 @@ params_config (const char *key, const char *value)
                       "flush", SNAPFG_DURABILITY_FLUSH, &choice) == -1)
       return -1;
     params.durability = choice;
+    return 0;
+  }
+  if (strcmp (key, "writeback") == 0) {
+    if (parse_choice (key, value, "write-back mode", "on", 1, "off", 0,
+                      &choice) == -1)
+      return -1;
+    params.writeback = choice;
+    return 0;
+  }
+  if (strcmp (key, "writeback-max") == 0) {
+    if (parse_size_param (key, value, &params.writeback_max) == -1)
+      return -1;
+    /* At least one 4K write and its bookkeeping; a write larger than
+     * the limit is not held (it waits for its commit, as with
+     * writeback=off).
+     */
+    if (params.writeback_max < 64 * 1024) {
+      nbdkit_error ("writeback-max=%s: must be at least 64K", value);
+      return -1;
+    }
     return 0;
   }
   if (strcmp (key, "cbt-granularity") == 0) {

@@ -36,6 +36,8 @@ struct plugin_params {
   char *state_path;
   int64_t cbt_granularity;
   bool cbt_granularity_given;
+  bool writeback;               /* writeback=on|off */
+  int64_t writeback_max;
   bool origin_moved;            /* origin-moved=true */
 };
 
@@ -60,6 +62,9 @@ extern void params_free (void);
   "locking=striped|global Exception table locking (default striped).\n" \
   "durability=sync|flush Persistent stores: sync every exception (default)\n" \
   "                      or only at client flush/FUA.\n" \
+  "writeback=on|off      Acknowledge first writes once the old chunk is\n" \
+  "                      copied, commit in the background (default on).\n" \
+  "writeback-max=<SIZE>  Most bytes write-back holds (default 128M).\n" \
   "max-snapshots=<N>     Most snapshots at once (default 32).\n" \
   "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
   "state=<FILE>          The origin's catalogue: snapshots and checkpoints\n" \

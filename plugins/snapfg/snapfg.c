@@ -119,6 +119,8 @@ plugin_config_complete (void)
     .durability = params.durability,
     .block_size = params.block_size,
     .max_snapshots = params.max_snapshots,
+    .writeback = params.writeback,
+    .writeback_max = params.writeback_max,
     .origin_moved = params.origin_moved,
   };
   const char *problem;
@@ -236,6 +238,11 @@ plugin_cleanup (void)
 /* A connection's view: the origin, or one snapshot. */
 struct handle {
   struct snapfg_snapshot *snapshot;   /* NULL: the origin */
+  /* Held origin writes that failed after write-back acknowledged them,
+   * as this connection last reported them: more since, and its next
+   * flush or FUA request fails with EIO.
+   */
+  uint64_t writeback_errors_seen;
 };
 
 /* "snapfg snapshot of ORIGIN (STORE, chunk N, COW PATH): STATUS" */
@@ -307,6 +314,7 @@ plugin_open (int readonly)
       return NULL;
     }
   }
+  h->writeback_errors_seen = snapfg_writeback_errors (engine);
   snapfg_view_connection (engine, h->snapshot, 1);
   return h;
 }
@@ -414,6 +422,18 @@ result (int r)
   return 0;
 }
 
+/* A flush, or a request with FUA, succeeded (r == 0): it still fails if
+ * a held origin write failed since this connection last heard of one
+ * (docs/design.md section 6: never silent).
+ */
+static int
+durable_result (struct handle *h, int r, uint32_t flags)
+{
+  if (r == 0 && (flags & NBDKIT_FLAG_FUA))
+    r = snapfg_writeback_check (engine, &h->writeback_errors_seen);
+  return result (r);
+}
+
 static unsigned
 request_flags (uint32_t flags)
 {
@@ -448,10 +468,13 @@ plugin_pwrite (void *handle, const void *buf, uint32_t count,
   struct handle *h = handle;
 
   if (h->snapshot)
-    return result (snapfg_snapshot_pwrite (h->snapshot, buf, count, offset,
-                                           request_flags (flags)));
-  return result (snapfg_origin_pwrite (engine, buf, count, offset,
-                                       request_flags (flags)));
+    return durable_result (h, snapfg_snapshot_pwrite (h->snapshot, buf,
+                                                      count, offset,
+                                                      request_flags (flags)),
+                           flags);
+  return durable_result (h, snapfg_origin_pwrite (engine, buf, count, offset,
+                                                  request_flags (flags)),
+                         flags);
 }
 
 static int
@@ -460,17 +483,21 @@ plugin_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   struct handle *h = handle;
 
   if (h->snapshot)
-    return result (snapfg_snapshot_zero (h->snapshot, count, offset,
-                                         request_flags (flags)));
-  return result (snapfg_origin_zero (engine, count, offset,
-                                     request_flags (flags)));
+    return durable_result (h, snapfg_snapshot_zero (h->snapshot, count,
+                                                    offset,
+                                                    request_flags (flags)),
+                           flags);
+  return durable_result (h, snapfg_origin_zero (engine, count, offset,
+                                                request_flags (flags)),
+                         flags);
 }
 
 static int
 plugin_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  return result (snapfg_origin_trim (engine, count, offset,
-                                     request_flags (flags)));
+  return durable_result (handle, snapfg_origin_trim (engine, count, offset,
+                                                     request_flags (flags)),
+                         flags);
 }
 
 static int
@@ -478,7 +505,8 @@ plugin_flush (void *handle, uint32_t flags)
 {
   struct handle *h = handle;
 
-  return result (snapfg_flush (engine, h->snapshot));
+  return durable_result (h, snapfg_flush (engine, h->snapshot),
+                         NBDKIT_FLAG_FUA);
 }
 
 static int

@@ -142,6 +142,56 @@ files_in_state_dir (json_t *root)
   return n;
 }
 
+/* One file of the state directory that a record names (the checks
+ * made sure it is FILE.d/LEAF): if it is there, it must be a regular
+ * file (not a link), the server user's and writable by nobody else.
+ * (A missing one is the store's or the bitmap's to report.)
+ */
+static int
+check_state_file (struct catalogue *cat, int dirfd, const char *path)
+{
+  const char *leaf = strrchr (path, '/') + 1;
+  struct stat st;
+  int fd, r;
+
+  if (fstatat (dirfd, leaf, &st, AT_SYMLINK_NOFOLLOW) == -1)
+    return 0;
+  if (!S_ISREG (st.st_mode)) {
+    snapfg_error ("state=%s: %s is %s; the server makes the files of its "
+                  "state directory itself and never follows a link there: "
+                  "remove it and put the right file back", cat->path, path,
+                  S_ISLNK (st.st_mode) ? "a symbolic link"
+                  : "not a regular file");
+    return -EINVAL;
+  }
+  fd = openat (dirfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd == -1)
+    return 0;
+  r = catalogue_check_owner (fd, path, false);
+  close (fd);
+  return r;
+}
+
+/* Every file of the state directory the records name. */
+static int
+check_state_files (struct catalogue *cat, int dirfd)
+{
+  json_t *v;
+  size_t i;
+  int r;
+
+  json_array_foreach (json_object_get (cat->root, "snapshots"), i, v)
+    if (json_is_true (json_object_get (v, "owned")) &&
+        (r = check_state_file (cat, dirfd, json_string_value
+                               (json_object_get (v, "cow")))) < 0)
+      return r;
+  json_array_foreach (json_object_get (cat->root, "checkpoints"), i, v)
+    if ((r = check_state_file (cat, dirfd, json_string_value
+                               (json_object_get (v, "bitmap")))) < 0)
+      return r;
+  return 0;
+}
+
 /* The state directory must be ours, and there when records need it: a
  * start without it (its file system not mounted yet?) would find every
  * store and bitmap in it missing.
@@ -151,7 +201,7 @@ check_state_dir (struct catalogue *cat)
 {
   struct stat st;
   size_t needed;
-  int fd;
+  int fd, r;
 
   if (lstat (cat->state_dir, &st) == -1 && errno == ENOENT) {
     needed = files_in_state_dir (cat->root);
@@ -168,8 +218,9 @@ check_state_dir (struct catalogue *cat)
   fd = catalogue_state_dir_open (cat, false);
   if (fd < 0)
     return fd;
+  r = check_state_files (cat, fd);
   close (fd);
-  return 0;
+  return r;
 }
 
 int

@@ -183,6 +183,30 @@ stats_json (const char *name, const struct snapfg_view_stats *vs)
   return o;
 }
 
+/* The origin's write-back (writeback=), beside its request counters. */
+static json_t *
+writeback_json (struct snapfg_engine *e, json_t *o)
+{
+  struct snapfg_writeback_stats ws;
+
+  if (o == NULL)
+    return NULL;
+  snapfg_writeback_stats (e, &ws);
+  json_object_set_new (o, "writeback", json_boolean (ws.enabled));
+  set_int (o, "writeback_max_bytes", ws.max_bytes);
+  set_int (o, "writeback_held_bytes", ws.held_bytes);
+  set_int (o, "writeback_held_writes", ws.held_writes);
+  set_int (o, "writeback_commit_rounds", ws.rounds);
+  set_int (o, "writeback_round_exceptions", ws.round_exceptions);
+  set_real (o, "writeback_exceptions_per_round",
+            ws.rounds ? (double) ws.round_exceptions / ws.rounds : 0.0, 1);
+  set_int (o, "writeback_max_round", ws.max_round);
+  set_int (o, "writeback_waiting", ws.waiting);
+  set_int (o, "writeback_room_waits", ws.room_waits);
+  set_int (o, "writeback_origin_errors", ws.origin_errors);
+  return o;
+}
+
 int
 control_do_stats (struct control_call *call)
 {
@@ -193,7 +217,8 @@ control_do_stats (struct control_call *call)
   if (list == NULL)
     return -ENOMEM;
   snapfg_view_stats (call->e, NULL, &vs);
-  json_array_append_new (list, stats_json ("origin", &vs));
+  json_array_append_new (list, writeback_json (call->e,
+                                               stats_json ("origin", &vs)));
   for (size_t i = 0; (s = snapfg_snapshot_get_nth (call->e, i)) != NULL;
        ++i) {
     snapfg_view_stats (call->e, s, &vs);

@@ -23,6 +23,30 @@ enum claim {
   CLAIM_BUSY,                   /* someone else is copying it (no wait asked) */
 };
 
+/* State D: the chunk is remapped and no copy of it is in progress.  The
+ * one test of it, called with the stripe lock held; *new_chunk (if not
+ * NULL) is where the copy is.
+ */
+static bool
+remapped_locked (const struct exception_stripe *stripe, uint64_t chunk,
+                 uint64_t *new_chunk)
+{
+  return exception_stripe_lookup (stripe, chunk, new_chunk) &&
+    !exception_stripe_is_pending (stripe, chunk);
+}
+
+bool
+snapshot_chunk_is_remapped (struct snapfg_snapshot *s, uint64_t chunk)
+{
+  struct exception_stripe *stripe = exception_table_stripe (&s->table, chunk);
+  bool remapped;
+
+  exception_stripe_lock (stripe);
+  remapped = remapped_locked (stripe, chunk, NULL);
+  exception_stripe_unlock (stripe);
+  return remapped;
+}
+
 /* Under the stripe lock, wait until the chunk is either remapped with no
  * copy in progress (state D: CLAIM_REMAPPED), or not remapped at all
  * (state A: register 'pe' as its pending exception, CLAIM_OWNED).  With
@@ -40,19 +64,15 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
 
   exception_stripe_lock (stripe);
   for (;;) {
-    bool completed, pending;
-
     if (!snapshot_is_valid (s)) {
       exception_stripe_unlock (stripe);
       return -EIO;
     }
-    completed = exception_stripe_lookup (stripe, chunk, new_chunk);
-    pending = exception_stripe_is_pending (stripe, chunk);
-    if (completed && !pending) {                      /* D */
+    if (remapped_locked (stripe, chunk, new_chunk)) {  /* D */
       exception_stripe_unlock (stripe);
       return CLAIM_REMAPPED;
     }
-    if (pending) {                                    /* B or C */
+    if (exception_stripe_is_pending (stripe, chunk)) {  /* B or C */
       if (!wait) {
         exception_stripe_unlock (stripe);
         return CLAIM_BUSY;
@@ -209,96 +229,7 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
   return r;
 }
 
-int
-snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
-                   const void *data, uint32_t count,
-                   uint32_t offset_in_chunk, uint64_t *new_chunk)
-{
-  struct snapfg_engine *e = s->engine;
-  struct snapfg_store *st = s->store;
-  struct exception_stripe *stripe = exception_table_stripe (&s->table, chunk);
-  struct pending_exception pe;
-  struct store_pair pair;
-  bool cow_failed;
-  uint64_t nc, got;
-  int r;
-
-  r = claim_chunk (s, stripe, &pe, chunk, new_chunk, true);
-  if (r != CLAIM_OWNED)
-    return r;                   /* remapped already (1), or an error */
-
-  /* We own the chunk: every writer to it, origin or snapshot, waits for
-   * us.  Snapshot reads still go to the origin (its data is unchanged)
-   * and are tracked.
-   */
-  /* A snapshot write found the store full before (Overflow, as sticky
-   * as dm's): refuse it before taking a chunk, so that retried writes
-   * do not use up the chunks origin copy-outs still need.
-   */
-  if (data && atomic_load (&s->overflow)) {
-    r = -ENOSPC;
-    goto abandon;
-  }
-  r = st->ops->alloc_run (st, 1, &nc, &got);
-  if (r < 0)
-    goto abandon;               /* -ENOSPC: the caller decides what it means */
-  pair.old_chunk = chunk;
-  pair.new_chunk = nc;
-
-  r = write_chunk_copy (s, chunk, nc, data, count, offset_in_chunk,
-                        &cow_failed);
-  /* The file system holding the store is full.  For a snapshot write
-   * that is Overflow (docs/design.md section 6): the write fails with ENOSPC,
-   * and nothing refers to the chunk it may have half written.  For an
-   * origin write the snapshot cannot keep the old data: Invalid.
-   */
-  if (r == -ENOSPC && cow_failed && data)
-    goto abandon;
-  r = cow_write_failure (s, r, cow_failed);
-  if (r < 0)
-    goto abandon;
-  engine_fault_point (e, FAULT_AFTER_COW_DATA);
-  r = st->ops->commit (st, &pair, 1);
-  if (r == -ENOSPC && data)
-    /* No room for the exception table to grow: the store can take no
-     * new exception, but every one it holds is intact (Overflow).
-     */
-    goto abandon;
-  if (r < 0) {
-    snapshot_invalidate (s, "committing an exception failed", -r);
-    r = -EIO;
-    goto abandon;
-  }
-  engine_fault_point (e, FAULT_AFTER_METADATA);
-  exception_stripe_lock (stripe);
-  /* B → C: from now on snapshot reads of this chunk go to the COW store. */
-  exception_stripe_publish (stripe, &pe, nc);
-  /* Snapshot reads sent to the origin earlier must finish before anyone
-   * may overwrite the origin chunk.
-   */
-  while (exception_stripe_has_tracked_reads (stripe, chunk)) {
-    if (snapfg_debug_lock)
-      snapfg_debug ("snapshot %s: chunk %" PRIu64 " copied, draining "
-                    "snapshot reads from the origin", s->name, chunk);
-    exception_stripe_wait (stripe);
-  }
-  exception_stripe_retire (stripe, &pe);          /* C → D */
-  exception_stripe_unlock (stripe);
-
-  if (snapfg_debug_cow)
-    snapfg_debug ("snapshot %s: chunk %" PRIu64 " -> COW chunk %" PRIu64
-                  "%s", s->name, chunk, nc, data ? " (snapshot write)" : "");
-  stats_add (&s->stats, STAT_COPY_OUTS, 1);
-  stats_add (&s->stats, STAT_BYTES_COPIED, s->chunk_size);
-  *new_chunk = nc;
-  return 0;
-
- abandon:
-  abandon_chunk (stripe, &pe);
-  return r;
-}
-
-/* --- Copying out the chunks of one origin request together ---
+/* --- One copy-out path, for one chunk or for the chunks of a request ---
  *
  * An origin write of 1 MiB over 4 KiB chunks needs up to 256 copy-outs.
  * Done one by one, each waits for its own commit (two sync rounds of a
@@ -307,9 +238,16 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
  * chunks are copied with one origin read and one COW write into a run of
  * consecutive COW chunks, and all of them are committed with one call:
  * one wait for the group commit.  The order of docs/design.md section 5
- * holds for the batch as a whole: every chunk's data is written before
- * the commit, and the commit returns only when data and metadata are
- * durable; the origin is changed after that.
+ * holds for the batch as a whole: every chunk's data is written before the
+ * commit, and the commit returns only when data and metadata are
+ * durable; the origin is changed after that.  A snapshot write is a
+ * batch of one chunk with the write merged into its copy.
+ *
+ * With write-back (writeback.c) an origin copy-out does not wait for its
+ * commit: the pairs are handed to the committer, which makes them
+ * durable before it lets the held origin write reach the origin.  The
+ * exceptions are published at once (snapshot reads of the chunk go to
+ * its COW copy, which is written), so the order on disk is the same.
  */
 
 /* The most chunks and bytes copied out together (the pending exceptions
@@ -321,6 +259,15 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
 
 struct copy_batch {
   size_t n;
+  /* A snapshot write merged into the batch's only chunk (NULL: none;
+   * SNAPFG_ZERO_DATA: zeroes).
+   */
+  const void *data;
+  uint32_t count, offset_in_chunk;
+  /* An origin copy-out under write-back: the commit is queued for the
+   * committer instead of waited for.
+   */
+  bool defer;
   struct exception_stripe *stripe[COPY_BATCH_CHUNKS];
   struct pending_exception pe[COPY_BATCH_CHUNKS];
   struct store_pair pair[COPY_BATCH_CHUNKS];
@@ -335,10 +282,41 @@ abandon_batch (struct copy_batch *b)
   b->n = 0;
 }
 
+/* Write the batch's copies: the snapshot write's chunk, or one read and
+ * one write per run of chunks consecutive both in the origin and in the
+ * COW store.  *cow_failed as for copy_chunk_run.
+ */
+static int
+write_batch_copies (struct snapfg_snapshot *s, struct copy_batch *b,
+                    bool *cow_failed)
+{
+  size_t i, j;
+  int r = 0;
+
+  *cow_failed = false;
+  if (b->data)
+    return write_chunk_copy (s, b->pair[0].old_chunk, b->pair[0].new_chunk,
+                             b->data, b->count, b->offset_in_chunk,
+                             cow_failed);
+  for (i = 0; i < b->n; i = j) {
+    for (j = i + 1; j < b->n; ++j)
+      if (b->pair[j].old_chunk != b->pair[j - 1].old_chunk + 1 ||
+          b->pair[j].new_chunk != b->pair[j - 1].new_chunk + 1)
+        break;
+    r = copy_chunk_run (s, b->pair[i].old_chunk, b->pair[i].new_chunk,
+                        j - i, cow_failed);
+    if (r < 0)
+      break;
+    engine_fault_point (s->engine, FAULT_AFTER_COW_RUN);
+  }
+  return r;
+}
+
 /* Copy out and commit every chunk claimed in the batch, then publish and
  * retire them (B → C → D).  On failure every claim is given up.  Returns
- * 0, -ENOSPC (store full), -EIO (the snapshot became Invalid), or the
- * origin's read error.
+ * 0, -ENOSPC (store full; for a snapshot write, Overflow: the snapshot
+ * stays valid), -EIO (the snapshot became Invalid), the origin's read
+ * error, or -ENOMEM.
  */
 static int
 copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
@@ -348,6 +326,15 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
   bool cow_failed = false;
   size_t i, j;
   int r = 0;
+
+  /* A snapshot write found the store full before (Overflow, as sticky
+   * as dm's): refuse it before taking a chunk, so that retried writes
+   * do not use up the chunks origin copy-outs still need.
+   */
+  if (b->data && atomic_load (&s->overflow)) {
+    r = -ENOSPC;
+    goto abandon;
+  }
 
   /* COW chunks, in runs as long as the store's allocation allows. */
   for (i = 0; i < b->n; ) {
@@ -361,33 +348,39 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
     i += got;
   }
 
-  /* The data: one read and one write per run of chunks consecutive both
-   * in the origin and in the COW store.
+  r = write_batch_copies (s, b, &cow_failed);
+  /* The file system holding the store is full.  For a snapshot write
+   * that is Overflow (docs/design.md section 6): the write fails with
+   * ENOSPC, and nothing refers to the chunk it may have half written.
+   * For an origin write the snapshot cannot keep the old data: Invalid.
    */
-  for (i = 0; i < b->n; i = j) {
-    for (j = i + 1; j < b->n; ++j)
-      if (b->pair[j].old_chunk != b->pair[j - 1].old_chunk + 1 ||
-          b->pair[j].new_chunk != b->pair[j - 1].new_chunk + 1)
-        break;
-    r = copy_chunk_run (s, b->pair[i].old_chunk, b->pair[i].new_chunk,
-                        j - i, &cow_failed);
-    if (r < 0)
-      break;
-    engine_fault_point (e, FAULT_AFTER_COW_RUN);
-  }
+  if (r == -ENOSPC && cow_failed && b->data)
+    goto abandon;
   r = cow_write_failure (s, r, cow_failed);
   if (r < 0)
     goto abandon;
   engine_fault_point (e, FAULT_AFTER_COW_DATA);
 
-  /* One commit (one wait for the group commit) for the whole batch. */
-  r = st->ops->commit (st, b->pair, b->n);
-  if (r < 0) {
-    snapshot_invalidate (s, "committing an exception failed", -r);
-    r = -EIO;
-    goto abandon;
+  /* One commit (one wait for the group commit) for the whole batch, or
+   * none at all: the committer makes it durable before the origin
+   * changes.
+   */
+  if (b->defer && writeback_defer_commit (e, s, b->pair, b->n) == 0)
+    ;
+  else {
+    r = st->ops->commit (st, b->pair, b->n);
+    if (r == -ENOSPC && b->data)
+      /* No room for the exception table to grow: the store can take no
+       * new exception, but every one it holds is intact (Overflow).
+       */
+      goto abandon;
+    if (r < 0) {
+      snapshot_invalidate (s, "committing an exception failed", -r);
+      r = -EIO;
+      goto abandon;
+    }
+    engine_fault_point (e, FAULT_AFTER_METADATA);
   }
-  engine_fault_point (e, FAULT_AFTER_METADATA);
 
   /* B → C for all, so that new snapshot reads go to the COW store, then
    * drain the snapshot reads sent to the origin earlier and retire each
@@ -414,9 +407,11 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
 
   if (snapfg_debug_cow)
     snapfg_debug ("snapshot %s: %zu chunk%s from %" PRIu64 " -> COW chunks "
-                  "from %" PRIu64 " (one batch)", s->name, b->n,
+                  "from %" PRIu64 "%s", s->name, b->n,
                   b->n > 1 ? "s" : "", b->pair[0].old_chunk,
-                  b->pair[0].new_chunk);
+                  b->pair[0].new_chunk,
+                  b->data ? " (snapshot write)" : b->defer ? " (write-back)"
+                  : "");
   stats_add (&s->stats, STAT_COPY_OUTS, b->n);
   stats_add (&s->stats, STAT_BYTES_COPIED, (uint64_t) b->n * s->chunk_size);
   b->n = 0;
@@ -428,8 +423,37 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
 }
 
 int
+snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
+                   const void *data, uint32_t count,
+                   uint32_t offset_in_chunk, uint64_t *new_chunk)
+{
+  struct copy_batch b;
+  int r;
+
+  b.stripe[0] = exception_table_stripe (&s->table, chunk);
+  r = claim_chunk (s, b.stripe[0], &b.pe[0], chunk, new_chunk, true);
+  if (r != CLAIM_OWNED)
+    return r;                   /* remapped already (1), or an error */
+
+  /* We own the chunk: every writer to it, origin or snapshot, waits for
+   * us.  Snapshot reads still go to the origin (its data is unchanged)
+   * and are tracked.
+   */
+  b.n = 1;
+  b.data = data;
+  b.count = count;
+  b.offset_in_chunk = offset_in_chunk;
+  b.defer = false;
+  b.pair[0].old_chunk = chunk;
+  r = copy_out_batch (s, &b);
+  if (r == 0)
+    *new_chunk = b.pair[0].new_chunk;
+  return r;
+}
+
+int
 snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
-                         uint64_t last)
+                         uint64_t last, bool defer)
 {
   struct copy_batch b;
   size_t max = COPY_BATCH_BYTES >> s->chunk_shift;
@@ -441,6 +465,8 @@ snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
   if (max == 0)
     max = 1;
   b.n = 0;
+  b.data = NULL;
+  b.defer = defer;
   while (chunk <= last) {
     struct exception_stripe *stripe =
       exception_table_stripe (&s->table, chunk);

@@ -22,6 +22,7 @@
 #include "percpu-rwlock.h"
 #include "store.h"
 #include "stats.h"
+#include "writeback.h"
 
 /* log2 of the number of stripes with locking=striped.  4096 stripes of
  * 128 bytes: 512 KiB per snapshot, and two copy-outs or a copy-out and a
@@ -138,6 +139,9 @@ struct snapfg_engine {
    */
   struct checkpoint_chain *cbt;
   struct cbt_bitmap *_Atomic cbt_active;
+
+  /* Write-back of first writes (writeback.c). */
+  struct writeback *wb;
 };
 
 /* The origin's [offset, offset+count) is about to change: record it in
@@ -171,6 +175,12 @@ extern void snapshot_invalidate (struct snapfg_snapshot *s, const char *why,
  * an origin_op.  Called with the geometry read side held.
  */
 enum origin_op { ORIGIN_READ, ORIGIN_WRITE, ORIGIN_ZERO, ORIGIN_TRIM };
+/* Change the origin itself, once every snapshot holds its copy (io-origin.c;
+ * the committer applies held writes with it).  Logs a failure.
+ */
+extern int origin_apply_change (struct snapfg_engine *e, enum origin_op op,
+                                const void *buf, uint32_t count,
+                                uint64_t offset, unsigned flags);
 extern int merge_origin_io (struct snapfg_engine *e, enum origin_op op,
                             void *buf, uint32_t count, uint64_t offset,
                             unsigned flags);
@@ -277,11 +287,20 @@ extern int snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
 /* Copy out every chunk from 'first' to 'last' (inclusive) that snapshot s
  * does not hold yet, before an origin change: together, in batches (one
  * commit per batch, consecutive chunks in one read and one write).
+ * With defer (write-back), the commit is left to the committer
+ * (writeback_defer_commit) instead of waited for.
  * Returns 0 once every chunk is remapped, -ENOSPC if the store is full,
  * -EIO if the snapshot is (or became) Invalid, or the origin's read
  * error.
  */
 extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
-                                    uint64_t first, uint64_t last);
+                                    uint64_t first, uint64_t last,
+                                    bool defer);
+
+/* Is the chunk remapped in s with no copy of it in progress (state D)?
+ * Takes the chunk's stripe lock.
+ */
+extern bool snapshot_chunk_is_remapped (struct snapfg_snapshot *s,
+                                        uint64_t chunk);
 
 #endif

@@ -382,6 +382,10 @@ snapshot_create (struct snapfg_engine *e,
    */
   {
     SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
+    /* Writes acknowledged before the snapshot's instant are in it: held
+     * ones reach the origin first (snapshot reads never see held data).
+     */
+    writeback_drain (e);
     r = insert_snapshot_locked (e, s, o, cp, params.type, why, sizeof why);
   }
   if (r < 0) {

@@ -22,24 +22,22 @@
 struct snapfg_snapshot *
 snapfg_snapshot_get (struct snapfg_engine *e, const char *name)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
   struct snapfg_snapshot *s = engine_find_snapshot_locked (e, name);
 
   if (s)
     atomic_fetch_add (&s->refs, 1);
-  percpu_rwlock_read_unlock (&e->geometry, token);
   return s;
 }
 
 struct snapfg_snapshot *
 snapfg_snapshot_get_nth (struct snapfg_engine *e, size_t i)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
   struct snapfg_snapshot *s = i < e->nsnapshots ? e->snapshots[i] : NULL;
 
   if (s)
     atomic_fetch_add (&s->refs, 1);
-  percpu_rwlock_read_unlock (&e->geometry, token);
   return s;
 }
 
@@ -75,6 +73,11 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
   {
     SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
     size_t i;
+
+    /* The committer may still hold exceptions of this snapshot to
+     * commit: let it finish with them before the store goes.
+     */
+    writeback_drain (e);
 
     for (i = 0; i < e->nsnapshots; ++i) {
       if (strcmp (e->snapshots[i]->name, name) == 0) {

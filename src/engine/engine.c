@@ -137,6 +137,16 @@ snapfg_engine_open (const struct snapfg_options *opts,
   engine_parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
   engine_parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
 
+  r = writeback_open (e, opts->writeback, opts->writeback_max
+                      ? opts->writeback_max : SNAPFG_DEFAULT_WRITEBACK_MAX);
+  if (r < 0) {
+    stats_destroy (&e->stats);
+    pthread_cond_destroy (&e->merge_threads_done);
+    pthread_mutex_destroy (&e->merge_threads_lock);
+    percpu_rwlock_destroy (&e->geometry);
+    goto err_zeroes;
+  }
+
   *ep = e;
   return 0;
 
@@ -154,14 +164,13 @@ pthread_mutex_t engine_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static void
 live_remove (struct snapfg_snapshot *s)
 {
-  pthread_mutex_lock (&engine_live_lock);
+  SCOPED_MUTEX_LOCK (&engine_live_lock);
   if (s->live_prevp) {
     *s->live_prevp = s->live_next;
     if (s->live_next)
       s->live_next->live_prevp = s->live_prevp;
     s->live_prevp = NULL;
   }
-  pthread_mutex_unlock (&engine_live_lock);
 }
 
 void
@@ -169,13 +178,12 @@ snapshot_live_insert (struct snapfg_snapshot *s)
 {
   struct snapfg_engine *e = s->engine;
 
-  pthread_mutex_lock (&engine_live_lock);
+  SCOPED_MUTEX_LOCK (&engine_live_lock);
   s->live_next = e->live;
   if (e->live)
     e->live->live_prevp = &s->live_next;
   e->live = s;
   s->live_prevp = &e->live;
-  pthread_mutex_unlock (&engine_live_lock);
 }
 
 void
@@ -197,15 +205,20 @@ snapfg_engine_close (struct snapfg_engine *e)
 {
   if (e == NULL)
     return;
+  /* A clean stop applies everything held (no request can come any
+   * more); the origin and the stores are synced below and as they close.
+   */
+  writeback_close (e);
   for (size_t i = 0; i < e->nsnapshots; ++i)
     merge_stop_thread (e->snapshots[i]);
   /* A merge that ended by itself detached its thread, which may still be
    * on its way out through the geometry lock.
    */
-  pthread_mutex_lock (&e->merge_threads_lock);
-  while (e->merge_threads > 0)
-    pthread_cond_wait (&e->merge_threads_done, &e->merge_threads_lock);
-  pthread_mutex_unlock (&e->merge_threads_lock);
+  {
+    SCOPED_MUTEX_LOCK (&e->merge_threads_lock);
+    while (e->merge_threads > 0)
+      pthread_cond_wait (&e->merge_threads_done, &e->merge_threads_lock);
+  }
   /* No origin change can come any more: the bitmaps close cleanly. */
   checkpoint_chain_close (e, true);
   /* No request can arrive any more, but a connection's close may still
@@ -226,18 +239,21 @@ snapfg_engine_close (struct snapfg_engine *e)
   /* Dropped snapshots that connections still hold outlive the engine:
    * take them off its list now.
    */
-  pthread_mutex_lock (&engine_live_lock);
-  while (e->live) {
-    struct snapfg_snapshot *s = e->live;
-    e->live = s->live_next;
-    s->live_prevp = NULL;
+  {
+    SCOPED_MUTEX_LOCK (&engine_live_lock);
+    while (e->live) {
+      struct snapfg_snapshot *s = e->live;
+      e->live = s->live_next;
+      s->live_prevp = NULL;
+    }
   }
-  pthread_mutex_unlock (&engine_live_lock);
   stats_destroy (&e->stats);
   pthread_cond_destroy (&e->merge_threads_done);
   pthread_mutex_destroy (&e->merge_threads_lock);
   percpu_rwlock_destroy (&e->geometry);
   free ((void *) e->zeroes);
+  if (!e->origin.readonly && device_flush (&e->origin) < 0)
+    snapfg_error ("origin=%s: flush at close failed", e->origin.path);
   device_close (&e->origin);
   free (e);
 }
@@ -273,9 +289,10 @@ snapfg_set_block_size (struct snapfg_engine *e, uint32_t block_size)
     return -EINVAL;
   }
   /* Requests in flight finish under the old geometry. */
-  percpu_rwlock_write_lock (&e->geometry);
-  e->block_size = block_size;
-  percpu_rwlock_write_unlock (&e->geometry);
+  {
+    SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
+    e->block_size = block_size;
+  }
   if (snapfg_debug_lock)
     snapfg_debug ("block size is now %" PRIu32 " for new connections",
                   block_size);
@@ -303,23 +320,17 @@ snapfg_origin_identity (struct snapfg_engine *e, struct device_identity *id)
 uint32_t
 snapfg_block_size (struct snapfg_engine *e)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  uint32_t block_size = e->block_size;
-
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  return block_size;
+  SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
+  return e->block_size;
 }
 
 uint32_t
 snapfg_preferred_size (struct snapfg_engine *e, struct snapfg_snapshot *s)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
+  SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
   uint32_t preferred = s ? s->chunk_size : e->min_chunk_size;
 
-  if (preferred < e->block_size)
-    preferred = e->block_size;
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  return preferred;
+  return preferred > e->block_size ? preferred : e->block_size;
 }
 
 /* Does s hold its own copy of every chunk of [first, last]? */
@@ -327,18 +338,9 @@ static bool
 snapshot_holds_chunks (struct snapfg_snapshot *s, uint64_t first,
                        uint64_t last)
 {
-  for (uint64_t chunk = first; chunk <= last; ++chunk) {
-    struct exception_stripe *stripe = exception_table_stripe (&s->table,
-                                                              chunk);
-    bool held;
-
-    exception_stripe_lock (stripe);
-    held = exception_stripe_lookup (stripe, chunk, NULL) &&
-      !exception_stripe_is_pending (stripe, chunk);
-    exception_stripe_unlock (stripe);
-    if (!held)
+  for (uint64_t chunk = first; chunk <= last; ++chunk)
+    if (!snapshot_chunk_is_remapped (s, chunk))
       return false;
-  }
   return true;
 }
 
@@ -377,21 +379,32 @@ engine_origin_shrunk (struct snapfg_engine *e, int r, uint64_t end)
 int
 snapfg_engine_start_background (struct snapfg_engine *e)
 {
-  percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  struct snapfg_snapshot *s = e->merging;
+  struct snapfg_snapshot *s;
   int r = 0;
 
-  percpu_rwlock_read_unlock (&e->geometry, token);
+  {
+    SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
+    s = e->merging;
+  }
   if (s) {
     snapfg_debug ("snapshot %s: resuming an interrupted merge", s->name);
     r = merge_start_thread (s);
   }
+  if (r == 0)
+    r = writeback_start (e);
   return r;
 }
 
 int
 snapfg_flush (struct snapfg_engine *e, struct snapfg_snapshot *from)
 {
+  /* Every write acknowledged before the flush reaches the origin first,
+   * each after its exceptions are durable (with no lock held: a
+   * geometry change waiting for this request must not stop the
+   * committer).  Then everything is synced as without write-back.
+   */
+  writeback_wait_all (e);
+
   SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
   int r = 0;
 

@@ -54,10 +54,38 @@ struct snapfg_options {
   enum snapfg_durability durability;
   uint32_t block_size;             /* 512 or 4096 */
   unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
+  bool writeback;                  /* writeback=on */
+  uint64_t writeback_max;          /* 0: SNAPFG_DEFAULT_WRITEBACK_MAX */
   bool origin_moved;               /* origin-moved=true: stores and bitmaps
                                       bound to another disk of the
                                       origin's size are rebound to it */
 };
+
+/* writeback-max= default: see nbdkit-snapfg-plugin(1). */
+#define SNAPFG_DEFAULT_WRITEBACK_MAX (128 * 1024 * 1024)
+
+/* Write-back of first writes (writeback=), for stats. */
+struct snapfg_writeback_stats {
+  bool enabled;
+  uint64_t max_bytes;              /* writeback-max= */
+  uint64_t held_bytes;             /* held now (as writeback-max counts) */
+  uint64_t held_writes;
+  uint64_t rounds;                 /* commit rounds done */
+  uint64_t round_exceptions;       /* exceptions committed in them */
+  uint64_t max_round;              /* the most in one round */
+  uint64_t waiting;                /* writers waiting for room now */
+  uint64_t room_waits;             /* writers that waited, in all */
+  uint64_t origin_errors;          /* held writes the origin refused */
+};
+extern void snapfg_writeback_stats (struct snapfg_engine *e,
+                                    struct snapfg_writeback_stats *ws);
+/* Origin writes that failed after write-back acknowledged them, so far.
+ * A connection keeps the count it has seen: snapfg_writeback_check
+ * returns -EIO (once) when more have failed since, for the connection's
+ * next flush or FUA request.
+ */
+extern uint64_t snapfg_writeback_errors (struct snapfg_engine *e);
+extern int snapfg_writeback_check (struct snapfg_engine *e, uint64_t *seen);
 
 /* Who attaches a snapshot's store (docs/design.md section 7): this decides
  * which existing stores may be attached as valid.

@@ -28,9 +28,18 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
    */
   uint64_t start = stats_now_ns ();
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  int r = e->merging
+  struct held_view held;
+  int r;
+
+  /* Held writes are taken before the origin is read: one the committer
+   * applies meanwhile is then either in what the origin returns or laid
+   * over it (read-your-writes on every connection).
+   */
+  writeback_read_begin (e, count, offset, &held);
+  r = e->merging
     ? merge_origin_io (e, ORIGIN_READ, buf, count, offset, 0)
     : device_pread (&e->origin, buf, count, offset);
+  writeback_read_end (e, &held, buf, count, offset, r == 0);
 
   if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
     snapfg_error ("origin=%s: read at %" PRIu64 " failed: %s",
@@ -53,18 +62,9 @@ needs_copy_out (struct snapfg_engine *e, uint32_t count, uint64_t offset)
 
     if (!snapshot_is_valid (s))
       continue;
-    for (uint64_t chunk = first; chunk <= last; ++chunk) {
-      struct exception_stripe *stripe =
-        exception_table_stripe (&s->table, chunk);
-      bool remapped;
-
-      exception_stripe_lock (stripe);
-      remapped = exception_stripe_lookup (stripe, chunk, NULL) &&
-        !exception_stripe_is_pending (stripe, chunk);
-      exception_stripe_unlock (stripe);
-      if (!remapped)
+    for (uint64_t chunk = first; chunk <= last; ++chunk)
+      if (!snapshot_chunk_is_remapped (s, chunk))
         return true;
-    }
   }
   return false;
 }
@@ -76,7 +76,7 @@ needs_copy_out (struct snapfg_engine *e, uint32_t count, uint64_t offset)
  */
 static int
 prepare_origin_change (struct snapfg_engine *e, uint32_t count,
-                       uint64_t offset)
+                       uint64_t offset, bool defer)
 {
   for (size_t i = 0; i < e->nsnapshots; ++i) {
     struct snapfg_snapshot *s = e->snapshots[i];
@@ -87,8 +87,10 @@ prepare_origin_change (struct snapfg_engine *e, uint32_t count,
 
     if (!snapshot_is_valid (s))
       continue;
-    /* All the request's chunks together: one commit for all of them. */
-    r = snapshot_copy_out_range (s, first, last);
+    /* All the request's chunks together: one commit for all of them
+     * (with defer, left to the write-back committer).
+     */
+    r = snapshot_copy_out_range (s, first, last, defer);
     if (r >= 0)
       continue;
     if (r == -ENOSPC) {
@@ -103,8 +105,8 @@ prepare_origin_change (struct snapfg_engine *e, uint32_t count,
 }
 
 /* Do a change to the origin once every snapshot holds its copy. */
-static int
-apply_origin_change (struct snapfg_engine *e, enum origin_op op,
+int
+origin_apply_change (struct snapfg_engine *e, enum origin_op op,
                      const void *buf, uint32_t count, uint64_t offset,
                      unsigned flags)
 {
@@ -153,6 +155,56 @@ track_origin_change (struct snapfg_engine *e, uint32_t count,
     checkpoint_sync (e);
 }
 
+/* A first write under write-back: registered as held before its
+ * copy-outs (whose commits are left to the committer), acknowledged once
+ * they are written.  Returns 0 (held), -EAGAIN (no room: the caller
+ * waits for it with no lock held and tries again), or an error.
+ */
+static int
+hold_first_write (struct snapfg_engine *e, enum origin_op op,
+                  const void *buf, uint32_t count, uint64_t offset,
+                  unsigned flags)
+{
+  struct held_write *h;
+  int r;
+
+  h = writeback_hold_first (e, op, buf, count, offset, flags, &r);
+  if (h == NULL)
+    return r;
+  r = prepare_origin_change (e, count, offset, true);
+  if (r < 0) {
+    writeback_cancel (e, h);
+    return r;
+  }
+  track_origin_change (e, count, offset, flags);
+  writeback_ready (e, h);
+  return 0;
+}
+
+/* Change the origin with every snapshot's copy durable first (the
+ * commit waited for here), or, if it overlaps held writes, after them.
+ */
+static int
+change_origin_in_order (struct snapfg_engine *e, enum origin_op op,
+                        const void *buf, uint32_t count, uint64_t offset,
+                        unsigned flags)
+{
+  int r = prepare_origin_change (e, count, offset, false);
+
+  if (r < 0)
+    return r;
+  track_origin_change (e, count, offset, flags);
+  /* Every chunk is remapped now (state D, which stays until the next
+   * geometry change): a held write whose exception is not durable yet
+   * is in the index before that exception was published, so it is
+   * found here.
+   */
+  r = writeback_order_after_held (e, op, buf, count, offset, flags);
+  if (r != 0)
+    return r < 0 ? r : 0;
+  return origin_apply_change (e, op, buf, count, offset, flags);
+}
+
 /* Write, zero or trim the origin.  A trimmed range reads back as zeroes
  * from a file, so it changes the origin's data too: every change waits
  * for the snapshots' copies first.
@@ -168,6 +220,7 @@ change_origin (struct snapfg_engine *e, enum origin_op op, const void *buf,
 
   if (e->origin.readonly)
     return -EROFS;
+ again:
   token = percpu_rwlock_read_lock (&e->geometry);
   if (e->merging) {
     /* Unmerged chunks live in the COW store: zeroing them is not fast. */
@@ -179,15 +232,29 @@ change_origin (struct snapfg_engine *e, enum origin_op op, const void *buf,
     }
   }
   else {
+    bool copy = (fast || writeback_active (e)) &&
+      needs_copy_out (e, count, offset);
+
     /* A fast zero must not copy out: refuse before changing anything. */
-    if (fast && needs_copy_out (e, count, offset))
+    if (fast && copy)
       r = -ENOTSUP;
-    else
-      r = prepare_origin_change (e, count, offset);
-    if (r == 0) {
-      track_origin_change (e, count, offset, flags);
-      r = apply_origin_change (e, op, buf, count, offset, flags);
+    /* Write-back holds first writes; FUA waits for its own data on the
+     * origin, so it takes the path that does.
+     */
+    else if (copy && !(flags & SNAPFG_REQ_FUA) &&
+             writeback_cost (op, count) <= writeback_max (e)) {
+      r = hold_first_write (e, op, buf, count, offset, flags);
+      if (r == -EAGAIN) {
+        /* Full: wait for room with no lock held (the committer needs
+         * none, but a geometry change waits for us), then look again.
+         */
+        percpu_rwlock_read_unlock (&e->geometry, token);
+        writeback_wait_room (e, writeback_cost (op, count));
+        goto again;
+      }
     }
+    else
+      r = change_origin_in_order (e, op, buf, count, offset, flags);
   }
   percpu_rwlock_read_unlock (&e->geometry, token);
   stats_request (&e->stats, start, STAT_BYTES_WRITTEN, count, r);

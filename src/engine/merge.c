@@ -31,6 +31,7 @@
 
 #include "engine-internal.h"
 #include "checkpoint.h"
+#include "scoped-lock.h"
 #include "snapfg-log.h"
 
 #define MERGE_BATCH 16
@@ -283,17 +284,19 @@ merge_thread (void *arg)
    * may be gone from the list): detach it.  One being stopped by the
    * engine is joined instead.
    */
-  pthread_mutex_lock (&s->merge_lock);
-  if (!atomic_load (&s->merge_stop)) {
-    pthread_detach (pthread_self ());
-    s->merge_thread_running = false;
+  {
+    SCOPED_MUTEX_LOCK (&s->merge_lock);
+    if (!atomic_load (&s->merge_stop)) {
+      pthread_detach (pthread_self ());
+      s->merge_thread_running = false;
+    }
   }
-  pthread_mutex_unlock (&s->merge_lock);
   snapfg_snapshot_put (s);      /* the thread's own reference */
-  pthread_mutex_lock (&e->merge_threads_lock);
-  if (--e->merge_threads == 0)
-    pthread_cond_broadcast (&e->merge_threads_done);
-  pthread_mutex_unlock (&e->merge_threads_lock);
+  {
+    SCOPED_MUTEX_LOCK (&e->merge_threads_lock);
+    if (--e->merge_threads == 0)
+      pthread_cond_broadcast (&e->merge_threads_done);
+  }
   return NULL;
 }
 
@@ -302,19 +305,21 @@ merge_start_thread (struct snapfg_snapshot *s)
 {
   int err = 0;
 
-  pthread_mutex_lock (&s->merge_lock);
+  SCOPED_MUTEX_LOCK (&s->merge_lock);
   if (!s->merge_thread_running) {
     atomic_store (&s->merge_total, exception_table_count (&s->table)
                   + atomic_load (&s->merge_done));
     atomic_fetch_add (&s->refs, 1);     /* the thread's own reference */
-    pthread_mutex_lock (&s->engine->merge_threads_lock);
-    s->engine->merge_threads++;
-    pthread_mutex_unlock (&s->engine->merge_threads_lock);
+    {
+      SCOPED_MUTEX_LOCK (&s->engine->merge_threads_lock);
+      s->engine->merge_threads++;
+    }
     err = pthread_create (&s->merge_thread, NULL, merge_thread, s);
     if (err) {
-      pthread_mutex_lock (&s->engine->merge_threads_lock);
-      s->engine->merge_threads--;
-      pthread_mutex_unlock (&s->engine->merge_threads_lock);
+      {
+        SCOPED_MUTEX_LOCK (&s->engine->merge_threads_lock);
+        s->engine->merge_threads--;
+      }
       atomic_fetch_sub (&s->refs, 1);
       snapfg_error ("snapshot %s: cannot start the merge thread: %s",
                     s->name, strerror (err));
@@ -322,7 +327,6 @@ merge_start_thread (struct snapfg_snapshot *s)
     else
       s->merge_thread_running = true;
   }
-  pthread_mutex_unlock (&s->merge_lock);
   return -err;
 }
 
@@ -331,11 +335,12 @@ merge_stop_thread (struct snapfg_snapshot *s)
 {
   bool join;
 
-  pthread_mutex_lock (&s->merge_lock);
-  atomic_store (&s->merge_stop, true);
-  join = s->merge_thread_running;
-  s->merge_thread_running = false;
-  pthread_mutex_unlock (&s->merge_lock);
+  {
+    SCOPED_MUTEX_LOCK (&s->merge_lock);
+    atomic_store (&s->merge_stop, true);
+    join = s->merge_thread_running;
+    s->merge_thread_running = false;
+  }
   if (join)
     pthread_join (s->merge_thread, NULL);
 }
@@ -353,6 +358,10 @@ merge_prepare_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
     return "it is Invalid (its contents are lost): drop it";
   if (e->nsnapshots != 1)
     return "it is not the origin's only snapshot; drop the others first";
+  /* Held writes go to the origin before its view is routed through the
+   * merge (which writes to the origin itself).
+   */
+  writeback_drain (e);
   /* The catalogue first: a restart that finds it merging either resumes
    * the merge (the store is marked) or starts it (it is not yet).
    */
@@ -386,9 +395,10 @@ snapfg_snapshot_merge (struct snapfg_engine *e, const char *name)
    * created meanwhile.  The merge is marked durably before the origin
    * view changes: from a restart on, the origin view is the snapshot's.
    */
-  percpu_rwlock_write_lock (&e->geometry);
-  problem = merge_prepare_locked (e, s, &r);
-  percpu_rwlock_write_unlock (&e->geometry);
+  {
+    SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
+    problem = merge_prepare_locked (e, s, &r);
+  }
 
   if (problem) {
     snapfg_error ("merge %s: %s", name, problem);

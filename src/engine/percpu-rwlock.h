@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "cachealign.h"
+#include "scoped-lock.h"
 
 #define PERCPU_RWLOCK_SLAB 64
 
@@ -73,5 +74,55 @@ extern void percpu_rwlock_read_unlock (struct percpu_rwlock *lock,
 
 extern void percpu_rwlock_write_lock (struct percpu_rwlock *lock);
 extern void percpu_rwlock_write_unlock (struct percpu_rwlock *lock);
+
+/* --- held for the rest of the current scope (see scoped-lock.h) ---
+ *
+ *   SCOPED_GEOMETRY_READ_LOCK (&e->geometry);    the read side
+ *   SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);   the write side
+ */
+
+struct scoped_read_lock_ {
+  struct percpu_rwlock *lock;
+  percpu_rwlock_token token;
+};
+
+static inline struct scoped_read_lock_
+scoped_read_lock_ (struct percpu_rwlock *lock)
+{
+  struct scoped_read_lock_ held = {
+    .lock = lock,
+    .token = percpu_rwlock_read_lock (lock),
+  };
+  return held;
+}
+
+static inline void
+scoped_read_unlock_ (struct scoped_read_lock_ *held)
+{
+  percpu_rwlock_read_unlock (held->lock, held->token);
+}
+
+#define SCOPED_GEOMETRY_READ_LOCK(lock)                                 \
+  struct scoped_read_lock_ SCOPED_LOCK_NAME (scoped_read_)              \
+    __attribute__ ((cleanup (scoped_read_unlock_), unused))             \
+    = scoped_read_lock_ (lock)
+
+static inline struct percpu_rwlock *
+scoped_write_lock_ (struct percpu_rwlock *lock)
+{
+  percpu_rwlock_write_lock (lock);
+  return lock;
+}
+
+static inline void
+scoped_write_unlock_ (struct percpu_rwlock **lock)
+{
+  percpu_rwlock_write_unlock (*lock);
+}
+
+#define SCOPED_GEOMETRY_WRITE_LOCK(lock)                                \
+  struct percpu_rwlock *SCOPED_LOCK_NAME (scoped_write_)                \
+    __attribute__ ((cleanup (scoped_write_unlock_), unused))            \
+    = scoped_write_lock_ (lock)
 
 #endif

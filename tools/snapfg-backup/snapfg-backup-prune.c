@@ -95,7 +95,7 @@ run_qemu_img (const char *dir, const struct image_access *a,
 }
 
 /* 6. This chain's checkpoints on the server that no run needs: all but
- * the last run's, and for a last differential the one it is since.
+ * the last run's, and the one a next differential starts from.
  */
 static json_t *
 drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
@@ -103,9 +103,7 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
   json_t *runs = json_object_get (manifest, "runs");
   json_t *last = json_array_get (runs, json_array_size (runs) - 1);
   const char *keep1 = json_str (last, "checkpoint");
-  const char *keep2 = json_str (last, "type") &&
-    strcmp (json_str (last, "type"), "differential") == 0
-    ? json_str (last, "since") : NULL;
+  const char *keep2 = diff_checkpoint_to_keep (runs);
   json_t *req = json_pack ("{s:s}", "cmd", "checkpoint-list");
   json_t *reply, *v, *dropped = json_array ();
   char prefix[64], err[512];

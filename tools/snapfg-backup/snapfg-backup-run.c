@@ -136,6 +136,12 @@ struct run {
 };
 
 static const char *
+kind_article (enum run_kind k)
+{
+  return k == RUN_INCREMENTAL ? "an" : "a";
+}
+
+static const char *
 kind_name (enum run_kind k)
 {
   return k == RUN_FULL ? "full" : k == RUN_INCREMENTAL ? "incremental"
@@ -330,8 +336,8 @@ run_start_sums (struct run *r)
   }
   r->sums = run_sums (r->d.fd, r->dir_path, r->base, err, sizeof err);
   if (r->sums == NULL) {
-    backup_error ("%s; an %s backup needs it: run with --full", err,
-                  kind_name (r->kind));
+    backup_error ("%s; %s %s backup needs it: run with --full", err,
+                  kind_article (r->kind), kind_name (r->kind));
     return EXIT_NEED_FULL;
   }
   /* The new image goes over the base run's chain: it must be the one
@@ -417,8 +423,9 @@ run_find_ranges (struct run *r)
   reply = control_call (r->o->socket, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
-    backup_error ("an %s backup since checkpoint %s is impossible: %s; run "
-                  "with --full", kind_name (r->kind), r->since, err);
+    backup_error ("%s %s backup since checkpoint %s is impossible: %s; run "
+                  "with --full", kind_article (r->kind), kind_name (r->kind),
+                  r->since, err);
     return EXIT_NEED_FULL;
   }
   a = json_object_get (reply, "ranges");
@@ -599,25 +606,45 @@ run_record (struct run *r)
   return 0;
 }
 
+/* The checkpoint to keep for differentials: once a run after the
+ * latest full is a differential, the full's (the next --diff starts
+ * there) until the next full; NULL otherwise.
+ */
+const char *
+diff_checkpoint_to_keep (json_t *runs)
+{
+  json_t *full = latest_full (runs), *v;
+  bool after = false;
+  size_t i;
+
+  if (full == NULL)
+    return NULL;
+  json_array_foreach (runs, i, v) {
+    if (v == full)
+      after = true;
+    else if (after && json_str (v, "type") &&
+             strcmp (json_str (v, "type"), "differential") == 0)
+      return diff_checkpoint (full);
+  }
+  return NULL;
+}
+
 /* 9. Checkpoints no run needs any more: all of this chain's but this
- * run's, and for a differential the one its full is since (the next
- * differential starts there too).
+ * run's, and the one a next differential starts from.
  */
 static void
 run_drop_old_checkpoints (struct run *r)
 {
-  const char *keep = r->kind == RUN_DIFFERENTIAL ? r->since : NULL;
+  const char *keep = diff_checkpoint_to_keep (r->runs);
+  const char *prev = r->last ? json_str (r->last, "checkpoint") : NULL;
   json_t *v;
   size_t i;
 
-  if (r->last && json_str (r->last, "checkpoint") &&
-      (!keep || strcmp (keep, json_str (r->last, "checkpoint")) != 0))
-    drop_checkpoint (r->o, json_str (r->last, "checkpoint"));
+  if (prev && (!keep || strcmp (keep, prev) != 0))
+    drop_checkpoint (r->o, prev);
   json_array_foreach (r->stale_ckpts, i, v) {
     const char *n = json_string_value (v);
-    if ((!r->last || !json_str (r->last, "checkpoint") ||
-         strcmp (n, json_str (r->last, "checkpoint")) != 0) &&
-        (!keep || strcmp (n, keep) != 0))
+    if ((!prev || strcmp (n, prev) != 0) && (!keep || strcmp (n, keep) != 0))
       drop_checkpoint (r->o, n);
   }
 }

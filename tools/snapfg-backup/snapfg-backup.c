@@ -3,7 +3,10 @@
 /* snapfg-backup: full and incremental backups of a snapfg origin.
  *
  *   snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full]
- *   snapfg-backup restore DIR OUT [--at N] [-O raw|qcow2]
+ *   snapfg-backup restore DIR OUT|- [--at N] [-O raw|qcow2] [--no-verify]
+ *   snapfg-backup verify DIR [--at N | --all]
+ *   snapfg-backup list DIR
+ *   snapfg-backup [-S CONTROL] prune DIR --keep-last N
  *
  * A run takes a snapshot and a new checkpoint at one instant (control
  * "create" with "checkpoint"), copies the snapshot (full) or the ranges

@@ -324,6 +324,10 @@ extern int sums_compare (const unsigned char *got,
  */
 extern int run_access (const struct backup_options *o, json_t *run,
                        struct image_access *a);
+/* The checkpoint a next --diff starts from, kept on the server while
+ * the chain has differentials after its latest full (NULL: none).
+ */
+extern const char *diff_checkpoint_to_keep (json_t *runs);
 /* Wait while SNAPFG_BACKUP_TEST_PAUSE names POINT, until the file
  * $SNAPFG_BACKUP_TEST_RESUME exists (tests only).
  */

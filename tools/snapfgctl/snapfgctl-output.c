@@ -126,6 +126,27 @@ print_human (const struct control_command *c, const struct cmdline *cl,
               get_double (x, "latency_p50_us"),
               get_double (x, "latency_p99_us"));
     }
+    /* The origin's write-back, on a line of its own. */
+    json_array_foreach (json_object_get (r, "exports"), i, x) {
+      if (json_object_get (x, "writeback") == NULL)
+        continue;
+      printf ("write-back %s (max %" PRIu64 " bytes): %" PRIu64 " bytes held "
+              "in %" PRIu64 " writes; %" PRIu64 " commit rounds, %" PRIu64
+              " exceptions (%.1f per round, at most %" PRIu64 "); %" PRIu64
+              " writers waiting for room (%" PRIu64 " waited); %" PRIu64
+              " origin writes failed after the acknowledgement\n",
+              json_is_true (json_object_get (x, "writeback")) ? "on" : "off",
+              get_u64 (x, "writeback_max_bytes"),
+              get_u64 (x, "writeback_held_bytes"),
+              get_u64 (x, "writeback_held_writes"),
+              get_u64 (x, "writeback_commit_rounds"),
+              get_u64 (x, "writeback_round_exceptions"),
+              get_double (x, "writeback_exceptions_per_round"),
+              get_u64 (x, "writeback_max_round"),
+              get_u64 (x, "writeback_waiting"),
+              get_u64 (x, "writeback_room_waits"),
+              get_u64 (x, "writeback_origin_errors"));
+    }
     break;
   case CONTROL_CREATE:
     x = json_object_get (r, "snapshot");

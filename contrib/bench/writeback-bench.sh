@@ -1,0 +1,209 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
+# First writes with write-back (writeback=on|off): a paired benchmark.
+#
+#   contrib/bench/writeback-bench.sh      ("make bench-writeback" runs it)
+#
+# Every round runs every cell once, in a shuffled order; each cell is a
+# fresh server (and a fresh, empty COW file) on the same origin file, and
+# bare is measured in the same round, so that every ratio pairs two
+# measurements taken close together.  Ratios are the median over the
+# rounds of the per-round ratio to bare.
+#
+# Systems:
+#   bare         nbdkit file file=ORIGIN
+#   wb-on        snapfg, store=persistent (the default store), writeback=on
+#   wb-off       snapfg, store=persistent, writeback=off
+#   transient    snapfg, store=transient (writeback=on, the default)
+# Workloads (fio --ioengine=nbd over a Unix socket, numjobs = connections):
+#   rand4k       one pass of 4 KiB random first writes, iodepth IODEPTH,
+#                each job its own 1/numjobs of the disk (fio's random
+#                map), stopped after RUNTIME seconds
+#   seq1m        one sequential pass of 1 MiB first writes, iodepth
+#                SEQ_IODEPTH, each job its own 1/numjobs of the disk,
+#                stopped after RUNTIME seconds
+#   flush32      as rand4k with a flush after every 32 writes of a job
+#                (fio --fsync=32): flush latency p50/p99
+# (transient runs seq1m only, the issue's target for it.)
+#
+# Also the peak RSS of each snapfg server (VmHWM at the end of its cell).
+#
+# Settings (environment): ROUNDS [5], RUNTIME [10], NUMJOBS ["1 4"],
+# SIZE [2G], IODEPTH [16], SEQ_IODEPTH [8], WRITEBACK_MAX [the default],
+# BENCH_DIR [a new directory in /var/tmp], OUTDIR [bench-results/wb-DATE],
+# CELLS [every cell, "system:workload" words], SNAPFG_PLUGIN.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+RUNTIME=${RUNTIME:-10}
+NUMJOBS=${NUMJOBS:-"1 4"}
+SIZE=${SIZE:-2G}
+IODEPTH=${IODEPTH:-16}
+SEQ_IODEPTH=${SEQ_IODEPTH:-8}
+top=$(cd "$(dirname "$0")/../.." && pwd)
+PLUGIN=${SNAPFG_PLUGIN:-$top/plugins/snapfg/.libs/nbdkit-snapfg-plugin.so}
+OUTDIR=${OUTDIR:-bench-results/wb-$(date -u +%Y%m%d-%H%M%S)}
+PY=${PY:-/usr/bin/python3}
+CELLS=${CELLS:-"bare:rand4k wb-on:rand4k wb-off:rand4k bare:seq1m wb-on:seq1m wb-off:seq1m transient:seq1m bare:flush32 wb-on:flush32 wb-off:flush32"}
+
+die() { echo "writeback-bench: $*" >&2; exit 1; }
+log() { echo "writeback-bench: $*" >&2; }
+for c in nbdkit fio shuf "$PY"; do command -v "$c" >/dev/null || die "$c not found"; done
+[ -f "$PLUGIN" ] || die "no plugin at $PLUGIN: run make first"
+
+mkdir -p "$OUTDIR/json"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+dir=${BENCH_DIR:-$(mktemp -d /var/tmp/snapfg-wb-bench.XXXXXX)}
+sock=$dir/sock
+origin=$dir/origin.img
+cow=$dir/snapshot.cow
+srv_pid=
+cleanup() {
+    [ -z "$srv_pid" ] || kill "$srv_pid" 2>/dev/null || true
+    [ -n "${BENCH_DIR:-}" ] || rm -rf "$dir"
+}
+trap cleanup EXIT
+
+size_bytes=$(numfmt --from=iec "$SIZE")
+log "origin $SIZE of random data in $dir"
+head -c "$size_bytes" /dev/urandom >"$origin"
+
+start_server() {
+    local system=$1 args
+    rm -f "$sock" "$cow"
+    case $system in
+        bare) args=(file "file=$origin") ;;
+        wb-on) args=("$PLUGIN" "origin=$origin" "cow=$cow" writeback=on) ;;
+        wb-off) args=("$PLUGIN" "origin=$origin" "cow=$cow" writeback=off) ;;
+        transient) args=("$PLUGIN" "origin=$origin" "cow=$cow" store=transient) ;;
+        *) die "unknown system $system" ;;
+    esac
+    if [ -n "${WRITEBACK_MAX:-}" ] && [ "$system" != bare ]; then
+        args+=("writeback-max=$WRITEBACK_MAX")
+    fi
+    nbdkit -f -U "$sock" "${args[@]}" 2>"$OUTDIR/server.log" &
+    srv_pid=$!
+    for _ in $(seq 300); do [ -S "$sock" ] && return 0; sleep 0.1; done
+    die "$system did not start: $(cat "$OUTDIR/server.log")"
+}
+
+# stop_server: SIGTERM (a clean stop applies what is held) and wait.
+# Sets hwm to the peak RSS in KiB.
+stop_server() {
+    hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$srv_pid/status" 2>/dev/null || echo 0)
+    kill -TERM "$srv_pid"
+    wait "$srv_pid" || true
+    srv_pid=
+}
+
+results=$OUTDIR/raw.txt
+: >"$results"
+for round in $(seq "$ROUNDS"); do
+    cells=()
+    for nj in $NUMJOBS; do
+        for c in $CELLS; do cells+=("$c:$nj"); done
+    done
+    mapfile -t cells < <(printf '%s\n' "${cells[@]}" | shuf)
+    for cell in "${cells[@]}"; do
+        IFS=: read -r system workload nj <<<"$cell"
+        uri="nbd+unix:///?socket=$sock"
+        case $workload in
+            rand4k|flush32)
+                part=$(( size_bytes / nj / 65536 * 65536 ))
+                opts=(--rw=randwrite --bs=4k --iodepth="$IODEPTH"
+                      --norandommap=0 --randrepeat=0) ;;
+            seq1m)
+                part=$(( size_bytes / nj / 1048576 * 1048576 ))
+                opts=(--rw=write --bs=1M --iodepth="$SEQ_IODEPTH") ;;
+        esac
+        [ "$workload" != flush32 ] || opts+=(--fsync=32)
+        json=$OUTDIR/json/$workload-$system-j$nj-r$round.json
+        sync
+        start_server "$system"
+        log "round $round: $workload on $system, $nj job(s) (loadavg $(cut -d' ' -f1 /proc/loadavg))"
+        fio --name="$workload" --ioengine=nbd --uri="$uri" "${opts[@]}" \
+            --numjobs="$nj" --group_reporting --lat_percentiles=1 \
+            --size="$part" --offset_increment="$part" --runtime="$RUNTIME" \
+            --output-format=json --output="$json" >/dev/null 2>&1 ||
+            die "fio failed: $workload on $system, $nj jobs"
+        stop_server
+        "$PY" - "$json" "$workload" "$system" "$nj" "$round" "$hwm" >>"$results" <<'EOF'
+import json, sys
+path, workload, system, nj, rnd, hwm = sys.argv[1:]
+j = json.load(open(path))["jobs"][0]
+w = j["write"]
+iops = w["iops"]
+if workload == "seq1m":
+    iops = w["bw_bytes"] / 1048576.0
+p50 = p99 = 0.0
+s = j.get("sync", {}).get("lat_ns", {})
+pct = s.get("percentile") or {}
+if pct:
+    p50 = pct.get("50.000000", 0) / 1000.0
+    p99 = pct.get("99.000000", 0) / 1000.0
+print(workload, system, nj, rnd, "%.1f" % iops, "%.1f" % p50, "%.1f" % p99, hwm)
+EOF
+    done
+done
+
+"$PY" - "$results" "$size_bytes" >"$OUTDIR/results.md" <<'EOF'
+import sys, statistics
+from collections import defaultdict
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+size = int(sys.argv[2])
+v = {}
+for wl, system, nj, rnd, iops, p50, p99, hwm in rows:
+    v[(wl, system, nj, rnd)] = (float(iops), float(p50), float(p99), int(hwm))
+def ratio(wl, system, nj):
+    rs = []
+    for (w, s, n, r), x in v.items():
+        if (w, s, n) == (wl, system, nj) and (wl, "bare", nj, r) in v:
+            b = v[(wl, "bare", nj, r)][0]
+            if b > 0:
+                rs.append(x[0] / b)
+    return rs
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+njs = sorted({k[2] for k in v}, key=int)
+print("| workload | system | conns | median IOPS (MiB/s for seq1m) | median ratio to bare | per-round ratios |")
+print("|---|---|---|---|---|---|")
+for wl in ("rand4k", "seq1m", "flush32"):
+    for system in ("bare", "wb-on", "wb-off", "transient"):
+        for nj in njs:
+            xs = [x[0] for (w, s, n, r), x in v.items() if (w, s, n) == (wl, system, nj)]
+            if not xs:
+                continue
+            rs = ratio(wl, system, nj)
+            print("| %s | %s | %s | %.0f | %s | %s |" % (
+                wl, system, nj, med(xs),
+                "-" if system == "bare" else "%.2f" % med(rs),
+                " ".join("%.2f" % r for r in sorted(rs)) if system != "bare" else ""))
+print()
+print("Flush latency (flush32: a flush after every 32 writes), medians over the rounds:")
+print()
+print("| system | conns | flush p50 us | flush p99 us | p99 / bare p99 |")
+print("|---|---|---|---|---|")
+for system in ("bare", "wb-on", "wb-off"):
+    for nj in njs:
+        xs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("flush32", system, nj)]
+        if not xs:
+            continue
+        bs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("flush32", "bare", nj)]
+        p99 = med([x[2] for x in xs])
+        b99 = med([x[2] for x in bs])
+        print("| %s | %s | %.0f | %.0f | %s |" % (system, nj, med([x[1] for x in xs]), p99,
+              "%.2f" % (p99 / b99) if b99 else "-"))
+print()
+print("Peak RSS of the server (VmHWM, MiB), largest over every cell:")
+print()
+print("| system | workload | peak RSS MiB |")
+print("|---|---|---|")
+for system in ("bare", "wb-on", "wb-off", "transient"):
+    for wl in ("rand4k", "seq1m", "flush32"):
+        xs = [x[3] for (w, s, n, r), x in v.items() if (w, s) == (wl, system)]
+        if xs:
+            print("| %s | %s | %.0f |" % (system, wl, max(xs) / 1024.0))
+EOF
+cat "$OUTDIR/results.md"
+log "results in $OUTDIR (raw.txt, results.md, json/)"

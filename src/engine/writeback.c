@@ -1,0 +1,680 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfg: write-back of first writes (see writeback.h).
+ *
+ * Held writes are a FIFO in acknowledgement order.  Each has a sequence
+ * number; the committer applies them in that order, so "every write
+ * acknowledged before this flush is on the origin" is "applied_seq has
+ * reached the last sequence number handed out when the flush began".
+ *
+ * Which origin ranges are held is kept in a small counting hash of 1 MiB
+ * granules (the largest chunk size): a write or read that finds none of
+ * its granules counted needs no look at the FIFO.  A false positive only
+ * costs a look (a read) or holds a write that could have gone straight
+ * to the origin; it is never wrong.  The granule is the largest chunk so
+ * that a later write to another part of a chunk whose exception is not
+ * durable yet always finds the held write that copied the chunk out.
+ *
+ * Lock order: geometry (read side) → writeback lock → a store's commit
+ * lock (the committer commits with no other lock held); a stripe lock is
+ * never held with the writeback lock.
+ */
+
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "engine-internal.h"
+#include "writeback.h"
+#include "vector.h"
+#include "snapfg-log.h"
+
+#define GRANULE_SHIFT 20          /* SNAPFG_MAX_CHUNK_SIZE */
+#define INDEX_BITS 16
+
+struct held_write {
+  struct held_write *next;
+  uint64_t seq;
+  int op;                         /* enum origin_op */
+  unsigned flags;                 /* SNAPFG_REQ_MAY_TRIM only */
+  uint64_t offset;
+  uint32_t count;
+  uint64_t cost;
+  atomic_int refs;                /* the queue, and readers laying it over */
+  bool ready;                     /* acknowledged (under the lock) */
+  bool cancelled;                 /* its copy-outs failed: never applied */
+  unsigned char data[];           /* ORIGIN_WRITE: the new data */
+};
+
+struct deferred_pair {
+  struct snapfg_snapshot *s;
+  struct store_pair pair;
+};
+DEFINE_VECTOR_TYPE (deferred_pair_vector, struct deferred_pair);
+DEFINE_VECTOR_TYPE (store_pair_vector, struct store_pair);
+
+struct writeback {
+  struct snapfg_engine *e;
+  bool enabled;
+  uint64_t max;
+
+  pthread_mutex_t lock;
+  pthread_cond_t work;            /* the committer: something to do */
+  pthread_cond_t room;            /* writers waiting for room */
+  pthread_cond_t applied;         /* flushes and drains */
+  struct held_write *head, **tailp;
+  uint64_t last_seq;              /* the newest held write's */
+  uint64_t applied_seq;           /* every held write up to it is applied */
+  uint64_t held_bytes;            /* cost of what is queued */
+  uint64_t held_writes;
+  unsigned waiting;               /* writers waiting for room now */
+  deferred_pair_vector pairs;     /* the next round's exceptions */
+  uint64_t batches;               /* copy-out batches they came in */
+  uint32_t index[1u << INDEX_BITS];
+  atomic_uint_least64_t nheld;    /* lock-free "anything held?" */
+
+  pthread_t thread;
+  bool running;
+  atomic_bool stop;
+  /* Test hook: SNAPFG_TEST_WRITEBACK_PAUSE=FILE holds every write back
+   * (no round starts) while FILE exists, except at a stop.
+   */
+  char *pause_path;
+
+  /* Statistics. */
+  atomic_uint_least64_t rounds, round_exceptions, max_round;
+  atomic_uint_least64_t room_waits, origin_errors;
+};
+
+static unsigned
+index_slot (uint64_t granule)
+{
+  return (granule * UINT64_C (0x9E3779B97F4A7C15)) >> (64 - INDEX_BITS);
+}
+
+/* Under the lock: add (delta 1) or remove (-1) a range's granules. */
+static void
+index_update (struct writeback *wb, uint64_t offset, uint32_t count,
+              int delta)
+{
+  uint64_t first = offset >> GRANULE_SHIFT;
+  uint64_t last = (offset + count - 1) >> GRANULE_SHIFT;
+
+  for (uint64_t g = first; g <= last; ++g)
+    wb->index[index_slot (g)] += delta;
+}
+
+/* Under the lock: might a held write overlap the range? */
+static bool
+index_overlaps (const struct writeback *wb, uint64_t offset, uint32_t count)
+{
+  uint64_t first = offset >> GRANULE_SHIFT;
+  uint64_t last = (offset + count - 1) >> GRANULE_SHIFT;
+
+  for (uint64_t g = first; g <= last; ++g)
+    if (wb->index[index_slot (g)])
+      return true;
+  return false;
+}
+
+static bool
+ranges_overlap (uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+{
+  return a < b + blen && b < a + alen;
+}
+
+static void
+held_put (struct held_write *h)
+{
+  if (atomic_fetch_sub (&h->refs, 1) == 1)
+    free (h);
+}
+
+uint64_t
+writeback_cost (int op, uint32_t count)
+{
+  /* The allocation's overhead counts too: writeback-max bounds memory. */
+  return sizeof (struct held_write) + 64 + (op == ORIGIN_WRITE ? count : 0);
+}
+
+uint64_t
+writeback_max (const struct snapfg_engine *e)
+{
+  return e->wb ? e->wb->max : 0;
+}
+
+bool
+writeback_active (const struct snapfg_engine *e)
+{
+  return e->wb && e->wb->running;
+}
+
+static struct held_write *
+held_new (int op, const void *buf, uint32_t count, uint64_t offset,
+          unsigned flags)
+{
+  size_t data = op == ORIGIN_WRITE ? count : 0;
+  struct held_write *h = malloc (sizeof *h + data);
+
+  if (h == NULL)
+    return NULL;
+  h->next = NULL;
+  h->op = op;
+  h->flags = flags & SNAPFG_REQ_MAY_TRIM;
+  h->offset = offset;
+  h->count = count;
+  h->cost = writeback_cost (op, count);
+  atomic_init (&h->refs, 1);
+  h->ready = false;
+  h->cancelled = false;
+  if (data)
+    memcpy (h->data, buf, data);
+  return h;
+}
+
+/* Under the lock: append h to the queue. */
+static void
+enqueue (struct writeback *wb, struct held_write *h)
+{
+  h->seq = ++wb->last_seq;
+  *wb->tailp = h;
+  wb->tailp = &h->next;
+  index_update (wb, h->offset, h->count, 1);
+  wb->held_bytes += h->cost;
+  wb->held_writes++;
+  atomic_fetch_add (&wb->nheld, 1);
+}
+
+static bool
+has_room (const struct writeback *wb, uint64_t cost)
+{
+  /* The callers hold only requests that fit in writeback-max. */
+  return wb->held_bytes + cost <= wb->max;
+}
+
+struct held_write *
+writeback_hold_first (struct snapfg_engine *e, int op, const void *buf,
+                      uint32_t count, uint64_t offset, unsigned flags,
+                      int *r)
+{
+  struct writeback *wb = e->wb;
+  struct held_write *h;
+
+  /* Cheap check first, so that a full queue costs no copy. */
+  pthread_mutex_lock (&wb->lock);
+  if (!has_room (wb, writeback_cost (op, count))) {
+    pthread_mutex_unlock (&wb->lock);
+    *r = -EAGAIN;
+    return NULL;
+  }
+  pthread_mutex_unlock (&wb->lock);
+
+  h = held_new (op, buf, count, offset, flags);
+  if (h == NULL) {
+    *r = -ENOMEM;
+    return NULL;
+  }
+  pthread_mutex_lock (&wb->lock);
+  if (!has_room (wb, h->cost)) {
+    pthread_mutex_unlock (&wb->lock);
+    free (h);
+    *r = -EAGAIN;
+    return NULL;
+  }
+  enqueue (wb, h);
+  pthread_mutex_unlock (&wb->lock);
+  return h;
+}
+
+void
+writeback_wait_room (struct snapfg_engine *e, uint64_t cost)
+{
+  struct writeback *wb = e->wb;
+
+  pthread_mutex_lock (&wb->lock);
+  if (!has_room (wb, cost)) {
+    wb->waiting++;
+    atomic_fetch_add (&wb->room_waits, 1);
+    while (!has_room (wb, cost) && wb->head)
+      pthread_cond_wait (&wb->room, &wb->lock);
+    wb->waiting--;
+  }
+  pthread_mutex_unlock (&wb->lock);
+}
+
+void
+writeback_ready (struct snapfg_engine *e, struct held_write *h)
+{
+  struct writeback *wb = e->wb;
+
+  pthread_mutex_lock (&wb->lock);
+  h->ready = true;
+  pthread_cond_signal (&wb->work);
+  pthread_mutex_unlock (&wb->lock);
+}
+
+void
+writeback_cancel (struct snapfg_engine *e, struct held_write *h)
+{
+  struct writeback *wb = e->wb;
+
+  pthread_mutex_lock (&wb->lock);
+  h->cancelled = true;
+  h->ready = true;
+  pthread_cond_signal (&wb->work);
+  pthread_mutex_unlock (&wb->lock);
+}
+
+/* Under the lock: wait until every held write up to seq is applied. */
+static void
+wait_applied_locked (struct writeback *wb, uint64_t seq)
+{
+  while (wb->applied_seq < seq)
+    pthread_cond_wait (&wb->applied, &wb->lock);
+}
+
+int
+writeback_order_after_held (struct snapfg_engine *e, int op, const void *buf,
+                            uint32_t count, uint64_t offset, unsigned flags)
+{
+  struct writeback *wb = e->wb;
+  struct held_write *h;
+  bool hold;
+
+  if (wb == NULL || atomic_load (&wb->nheld) == 0)
+    return 0;
+  pthread_mutex_lock (&wb->lock);
+  if (!index_overlaps (wb, offset, count)) {
+    pthread_mutex_unlock (&wb->lock);
+    return 0;
+  }
+  /* FUA wants its own data on the origin, and a fast zero must be
+   * refused if it is not fast: both go to the origin themselves, after
+   * the writes they overlap.  So does a write with no room to be held.
+   */
+  hold = !(flags & (SNAPFG_REQ_FUA | SNAPFG_REQ_FAST_ZERO)) &&
+    has_room (wb, writeback_cost (op, count));
+  if (!hold) {
+    wait_applied_locked (wb, wb->last_seq);
+    pthread_mutex_unlock (&wb->lock);
+    return 0;
+  }
+  pthread_mutex_unlock (&wb->lock);
+
+  h = held_new (op, buf, count, offset, flags);
+  if (h == NULL)
+    return -ENOMEM;
+  pthread_mutex_lock (&wb->lock);
+  if (!index_overlaps (wb, offset, count)) {
+    /* Applied meanwhile: nothing to go after any more. */
+    pthread_mutex_unlock (&wb->lock);
+    free (h);
+    return 0;
+  }
+  /* Held now even past writeback-max: by at most this one write per
+   * client request, since the check above found room.
+   */
+  h->ready = true;
+  enqueue (wb, h);
+  pthread_cond_signal (&wb->work);
+  pthread_mutex_unlock (&wb->lock);
+  return 1;
+}
+
+int
+writeback_defer_commit (struct snapfg_engine *e, struct snapfg_snapshot *s,
+                        const struct store_pair *pairs, size_t n)
+{
+  struct writeback *wb = e->wb;
+  int r;
+
+  if (wb == NULL)
+    return -EINVAL;
+  pthread_mutex_lock (&wb->lock);
+  r = deferred_pair_vector_reserve (&wb->pairs, n);
+  if (r == 0) {
+    for (size_t i = 0; i < n; ++i)
+      wb->pairs.ptr[wb->pairs.len++] =
+        (struct deferred_pair) { .s = s, .pair = pairs[i] };
+    wb->batches++;
+  }
+  pthread_mutex_unlock (&wb->lock);
+  return r;
+}
+
+void
+writeback_wait_all (struct snapfg_engine *e)
+{
+  struct writeback *wb = e->wb;
+
+  if (wb == NULL || !wb->running)
+    return;
+  pthread_mutex_lock (&wb->lock);
+  wait_applied_locked (wb, wb->last_seq);
+  pthread_mutex_unlock (&wb->lock);
+}
+
+void
+writeback_drain (struct snapfg_engine *e)
+{
+  /* With the geometry write side held no copy-out is in progress: every
+   * held write is ready, and the committer (which takes no geometry
+   * lock) applies them all.
+   */
+  writeback_wait_all (e);
+}
+
+void
+writeback_read_begin (struct snapfg_engine *e, uint32_t count,
+                      uint64_t offset, struct held_view *v)
+{
+  struct writeback *wb = e->wb;
+
+  v->n = 0;
+  v->w = v->inline_w;
+  v->cap = sizeof v->inline_w / sizeof v->inline_w[0];
+  if (wb == NULL || atomic_load (&wb->nheld) == 0)
+    return;
+  pthread_mutex_lock (&wb->lock);
+  if (index_overlaps (wb, offset, count))
+    for (struct held_write *h = wb->head; h; h = h->next) {
+      if (!h->ready || h->cancelled ||
+          !ranges_overlap (h->offset, h->count, offset, count))
+        continue;
+      if (v->n == v->cap) {
+        size_t cap = v->cap * 2;
+        struct held_write **w = malloc (cap * sizeof *w);
+
+        if (w == NULL)
+          break;      /* below: the read fails rather than be stale */
+        memcpy (w, v->w, v->n * sizeof *w);
+        if (v->w != v->inline_w)
+          free (v->w);
+        v->w = w;
+        v->cap = cap;
+      }
+      atomic_fetch_add (&h->refs, 1);
+      v->w[v->n++] = h;
+    }
+  pthread_mutex_unlock (&wb->lock);
+}
+
+void
+writeback_read_end (struct snapfg_engine *e, struct held_view *v, void *buf,
+                    uint32_t count, uint64_t offset, bool ok)
+{
+  /* In queue order: a later held write wins over an earlier one.  One
+   * that was applied to the origin after it was taken is laid over the
+   * same data again.
+   */
+  for (size_t i = 0; i < v->n; ++i) {
+    struct held_write *h = v->w[i];
+
+    if (ok) {
+      uint64_t from = h->offset > offset ? h->offset : offset;
+      uint64_t to = h->offset + h->count < offset + count
+        ? h->offset + h->count : offset + count;
+      char *dst = (char *) buf + (from - offset);
+
+      if (h->op == ORIGIN_WRITE)
+        memcpy (dst, h->data + (from - h->offset), to - from);
+      else
+        memset (dst, 0, to - from);     /* zero, or trim (reads as zero) */
+    }
+    held_put (h);
+  }
+  if (v->w != v->inline_w)
+    free (v->w);
+}
+
+/* --- the committer --- */
+
+/* Make one round's exceptions durable: one commit per snapshot for all
+ * of its pairs.  A failure makes that snapshot Invalid (as dm does when
+ * a copy fails); the origin writes go ahead.
+ */
+static void
+commit_round (struct writeback *wb, deferred_pair_vector *round,
+              uint64_t batches, store_pair_vector *buf)
+{
+  size_t committed = 0;
+
+  for (size_t i = 0; i < round->len; ++i) {
+    struct snapfg_snapshot *s = round->ptr[i].s;
+    int r;
+
+    if (s == NULL)
+      continue;
+    store_pair_vector_clear (buf);
+    for (size_t j = i; j < round->len; ++j)
+      if (round->ptr[j].s == s) {
+        if (store_pair_vector_append (buf, round->ptr[j].pair) < 0)
+          break;
+        round->ptr[j].s = NULL;
+      }
+    if (!snapshot_is_valid (s))
+      continue;
+    r = buf->len == 0 ? -ENOMEM : s->store->ops->commit (s->store, buf->ptr,
+                                                         buf->len);
+    if (r < 0) {
+      snapshot_invalidate (s, "committing an exception failed", -r);
+      continue;
+    }
+    /* Pairs left behind by a failed append start a group of their own
+     * further on.
+     */
+    committed += buf->len;
+  }
+  if (committed) {
+    uint64_t max = atomic_load (&wb->max_round);
+
+    atomic_fetch_add (&wb->rounds, 1);
+    atomic_fetch_add (&wb->round_exceptions, committed);
+    while (committed > max &&
+           !atomic_compare_exchange_weak (&wb->max_round, &max, committed))
+      ;
+  }
+  /* The crash point after the metadata counts copy-out batches, as it
+   * does with writeback=off: the round's are all durable here, and none
+   * of its held writes has reached the origin.
+   */
+  while (batches-- > 0)
+    engine_fault_point (wb->e, FAULT_AFTER_METADATA);
+}
+
+static void *
+committer (void *arg)
+{
+  struct writeback *wb = arg;
+  struct snapfg_engine *e = wb->e;
+  deferred_pair_vector round = { 0 };
+  store_pair_vector buf = { 0 };
+
+  pthread_mutex_lock (&wb->lock);
+  for (;;) {
+    struct held_write *first, *last, *h, *next;
+    deferred_pair_vector taken;
+    uint64_t batches;
+
+    while (!(wb->head && wb->head->ready) &&
+           !(atomic_load (&wb->stop) && !wb->head))
+      pthread_cond_wait (&wb->work, &wb->lock);
+    if (wb->head == NULL)
+      break;                    /* stopping, and nothing is held */
+    if (wb->pause_path && !atomic_load (&wb->stop) &&
+        access (wb->pause_path, F_OK) == 0) {
+      pthread_mutex_unlock (&wb->lock);
+      while (!atomic_load (&wb->stop) && access (wb->pause_path, F_OK) == 0)
+        usleep (10000);
+      pthread_mutex_lock (&wb->lock);
+      continue;
+    }
+
+    /* This round: the ready writes at the front of the queue, and every
+     * exception queued so far (theirs were queued before they became
+     * ready; others' early is harmless).
+     */
+    first = last = wb->head;
+    while (last->next && last->next->ready)
+      last = last->next;
+    taken = wb->pairs;
+    batches = wb->batches;
+    wb->batches = 0;
+    wb->pairs = round;
+    deferred_pair_vector_clear (&wb->pairs);
+    pthread_mutex_unlock (&wb->lock);
+
+    commit_round (wb, &taken, batches, &buf);
+    for (h = first; ; h = h->next) {
+      if (!h->cancelled) {
+        int r = origin_apply_change (e, h->op, h->data, h->count, h->offset,
+                                     h->flags);
+        if (r < 0)
+          /* Logged by origin_apply_change; the next flush or FUA on
+           * every connection fails.
+           */
+          atomic_fetch_add (&wb->origin_errors, 1);
+      }
+      if (h == last)
+        break;
+    }
+
+    pthread_mutex_lock (&wb->lock);
+    round = taken;
+    wb->head = last->next;
+    if (wb->head == NULL)
+      wb->tailp = &wb->head;
+    wb->applied_seq = last->seq;
+    for (h = first; ; h = next) {
+      next = h->next;
+      index_update (wb, h->offset, h->count, -1);
+      wb->held_bytes -= h->cost;
+      wb->held_writes--;
+      atomic_fetch_sub (&wb->nheld, 1);
+      held_put (h);
+      if (h == last)
+        break;
+    }
+    pthread_cond_broadcast (&wb->room);
+    pthread_cond_broadcast (&wb->applied);
+  }
+  pthread_mutex_unlock (&wb->lock);
+  deferred_pair_vector_reset (&round);
+  store_pair_vector_reset (&buf);
+  return NULL;
+}
+
+int
+writeback_open (struct snapfg_engine *e, bool on, uint64_t max)
+{
+  struct writeback *wb = calloc (1, sizeof *wb);
+  const char *env;
+
+  if (wb == NULL)
+    return -ENOMEM;
+  wb->e = e;
+  wb->enabled = on && !e->origin.readonly;
+  wb->max = max;
+  pthread_mutex_init (&wb->lock, NULL);
+  pthread_cond_init (&wb->work, NULL);
+  pthread_cond_init (&wb->room, NULL);
+  pthread_cond_init (&wb->applied, NULL);
+  wb->tailp = &wb->head;
+  env = getenv ("SNAPFG_TEST_WRITEBACK_PAUSE");
+  if (env && *env && (wb->pause_path = strdup (env)) == NULL) {
+    free (wb);
+    return -ENOMEM;
+  }
+  e->wb = wb;
+  return 0;
+}
+
+int
+writeback_start (struct snapfg_engine *e)
+{
+  struct writeback *wb = e->wb;
+  int err;
+
+  if (wb == NULL || !wb->enabled || wb->running)
+    return 0;
+  err = pthread_create (&wb->thread, NULL, committer, wb);
+  if (err) {
+    snapfg_error ("writeback=on: cannot start the committer thread: %s",
+                  strerror (err));
+    return -err;
+  }
+  wb->running = true;
+  return 0;
+}
+
+void
+writeback_close (struct snapfg_engine *e)
+{
+  struct writeback *wb = e->wb;
+
+  if (wb == NULL)
+    return;
+  if (wb->running) {
+    pthread_mutex_lock (&wb->lock);
+    atomic_store (&wb->stop, true);
+    pthread_cond_signal (&wb->work);
+    pthread_mutex_unlock (&wb->lock);
+    pthread_join (wb->thread, NULL);
+    wb->running = false;
+  }
+  deferred_pair_vector_reset (&wb->pairs);
+  free (wb->pause_path);
+  pthread_cond_destroy (&wb->applied);
+  pthread_cond_destroy (&wb->room);
+  pthread_cond_destroy (&wb->work);
+  pthread_mutex_destroy (&wb->lock);
+  free (wb);
+  e->wb = NULL;
+}
+
+/* --- what the plugin and the control socket see --- */
+
+void
+snapfg_writeback_stats (struct snapfg_engine *e,
+                        struct snapfg_writeback_stats *ws)
+{
+  struct writeback *wb = e->wb;
+
+  memset (ws, 0, sizeof *ws);
+  if (wb == NULL)
+    return;
+  ws->enabled = wb->enabled;
+  ws->max_bytes = wb->max;
+  pthread_mutex_lock (&wb->lock);
+  ws->held_bytes = wb->held_bytes;
+  ws->held_writes = wb->held_writes;
+  ws->waiting = wb->waiting;
+  pthread_mutex_unlock (&wb->lock);
+  ws->rounds = atomic_load (&wb->rounds);
+  ws->round_exceptions = atomic_load (&wb->round_exceptions);
+  ws->max_round = atomic_load (&wb->max_round);
+  ws->room_waits = atomic_load (&wb->room_waits);
+  ws->origin_errors = atomic_load (&wb->origin_errors);
+}
+
+uint64_t
+snapfg_writeback_errors (struct snapfg_engine *e)
+{
+  return e->wb ? atomic_load (&e->wb->origin_errors) : 0;
+}
+
+int
+snapfg_writeback_check (struct snapfg_engine *e, uint64_t *seen)
+{
+  uint64_t now = snapfg_writeback_errors (e);
+
+  if (now == *seen)
+    return 0;
+  *seen = now;
+  return -EIO;
+}

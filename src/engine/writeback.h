@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfg: write-back of first writes (writeback=on).
+ *
+ * A write, zero or trim to origin chunks that need a copy-out is
+ * acknowledged once the old chunks are written (not synced) into every
+ * snapshot's COW store and the new data is held here.  A committer
+ * thread makes the queued exceptions durable in rounds as large as the
+ * queue, and only then writes the held data to the origin, in the order
+ * the writes were acknowledged.  See docs/design.md section 5.
+ *
+ * Ordering rules, which every function below keeps:
+ * - A held write is registered (writeback_hold_first) before any of its
+ *   copy-outs publishes an exception, so that a later writer that finds
+ *   the chunk remapped also finds the held write and goes after it
+ *   (writeback_order_after_held).
+ * - The committer takes no geometry lock: writeback_drain may be called
+ *   with the write side held (snapshot create, drop, merge start).
+ * - Writers wait for room with no geometry lock held.
+ */
+#ifndef SNAPFG_WRITEBACK_H
+#define SNAPFG_WRITEBACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct snapfg_engine;
+struct snapfg_snapshot;
+struct store_pair;
+struct held_write;
+
+/* Set up write-back for the engine (on: writeback=on; max: the most
+ * bytes held).  With on false, or until writeback_start, nothing is
+ * held and every request behaves as with writeback=off.
+ */
+extern int writeback_open (struct snapfg_engine *e, bool on, uint64_t max);
+/* Start the committer (after nbdkit has forked). */
+extern int writeback_start (struct snapfg_engine *e);
+/* Apply everything held, stop the committer and free (engine close). */
+extern void writeback_close (struct snapfg_engine *e);
+
+/* Is write-back holding first writes now? */
+extern bool writeback_active (const struct snapfg_engine *e);
+
+/* The cost of holding a request of count bytes, as writeback-max counts. */
+extern uint64_t writeback_cost (int op, uint32_t count);
+extern uint64_t writeback_max (const struct snapfg_engine *e);
+
+/* Register a first write (op: enum origin_op) as held, before its
+ * copy-outs: NULL with *r = -EAGAIN when there is no room (release the
+ * geometry lock, writeback_wait_room, try again) or -ENOMEM.
+ */
+extern struct held_write *writeback_hold_first (struct snapfg_engine *e,
+                                                int op, const void *buf,
+                                                uint32_t count,
+                                                uint64_t offset,
+                                                unsigned flags, int *r);
+/* Wait until a request costing cost could be held (no geometry lock). */
+extern void writeback_wait_room (struct snapfg_engine *e, uint64_t cost);
+/* The held write's copy-outs are done: it is acknowledged, and the
+ * committer may apply it once its exceptions are durable.
+ */
+extern void writeback_ready (struct snapfg_engine *e, struct held_write *h);
+/* Its copy-outs failed: the write is not done and never applied. */
+extern void writeback_cancel (struct snapfg_engine *e, struct held_write *h);
+
+/* An origin change whose chunks need no copy-out (any more): if it
+ * overlaps held writes it must reach the origin after them.  Returns 1
+ * if it is now held behind them (done, as far as the client goes), 0 if
+ * the caller applies it to the origin itself (nothing held overlaps, or
+ * this waited until the overlapping writes were applied), or -ENOMEM.
+ */
+extern int writeback_order_after_held (struct snapfg_engine *e, int op,
+                                       const void *buf, uint32_t count,
+                                       uint64_t offset, unsigned flags);
+
+/* An origin copy-out under write-back: its pairs are committed by the
+ * committer's next round.  0, or -ENOMEM (then commit synchronously).
+ */
+extern int writeback_defer_commit (struct snapfg_engine *e,
+                                   struct snapfg_snapshot *s,
+                                   const struct store_pair *pairs, size_t n);
+
+/* Flush: wait until every write acknowledged so far is on the origin
+ * (with its exceptions durable before it).  No geometry lock held.
+ */
+extern void writeback_wait_all (struct snapfg_engine *e);
+/* With the geometry write side held: apply everything held. */
+extern void writeback_drain (struct snapfg_engine *e);
+
+/* Origin reads: the held writes overlapping [offset, offset+count),
+ * taken before the origin is read and laid over what it returned after.
+ */
+struct held_view {
+  struct held_write **w;
+  size_t n, cap;
+  struct held_write *inline_w[8];
+};
+extern void writeback_read_begin (struct snapfg_engine *e, uint32_t count,
+                                  uint64_t offset, struct held_view *v);
+extern void writeback_read_end (struct snapfg_engine *e,
+                                struct held_view *v, void *buf,
+                                uint32_t count, uint64_t offset, bool ok);
+
+#endif

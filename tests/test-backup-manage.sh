@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
+# snapfg-backup's runs managed: differential runs (--diff) and empty
+# runs (nothing changed: no image), verify [--at N | --all], list
+# (text and --json), prune --keep-last N (every point kept restores and
+# verifies, the chain goes on, checkpoints no run needs are dropped);
+# and the rough edges: restore DIR - writes standard output, restore
+# shows progress on a terminal, --cow-dir is created, a run against an
+# unreachable server leaves no directory.  Every restore is compared
+# byte for byte with the origin saved at the run's instant.
+
+set -euo pipefail
+source "$(dirname "$0")/backup-functions.sh"
+require_backup_tools
+
+size=$((16 * 1024 * 1024))
+disk="$tmpdir/disk.img"
+sock="$tmpdir/sock"
+ctl="$tmpdir/ctl"
+pidf="$tmpdir/nbdkit.pid"
+make_random_image "$disk" "$size"
+# Half the disk compressible (a repeated pattern), some of it zero.
+"$PY" - "$disk" <<'PYEOF'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(2 << 20)
+    f.write(b"snapfg-backup compresses this. " * ((8 << 20) // 31))
+    f.seek(12 << 20)
+    f.write(bytes(2 << 20))
+PYEOF
+start_snapfg "$sock" "$pidf" origin="$disk" state="$tmpdir/disk.state" \
+    control="$ctl"
+require_checkpoints "$ctl"
+origin=$(uri "$sock")
+
+expect_status() {               # expect_status N WHAT GREP ST
+    local want=$1 what=$2 pat=$3 st=$4
+    if [ "$st" -eq "$want" ] && grep -q -- "$pat" "$tmpdir/bk.log"; then
+        info "ok: $what"
+    else
+        check_fail "$what: exit $st (expected $want, '$pat'): $(cat "$tmpdir/bk.log")"
+    fi
+}
+# run DIR N [ARGS]: save the origin as expect-DIR-N, back up, then change
+# 30 blocks.
+run() {
+    local d=$1 n=$2
+    shift 2
+    save_origin "$origin" "$tmpdir/expect-$(basename "$d")-$n.img"
+    bk -S "$ctl" -u "$origin" backup "$d" "$@" ||
+        { cat "$tmpdir/bk.log" >&2; fail "backup $d run $n ($*) failed"; }
+    info "$(basename "$d") run $n: $(tail -n 1 "$tmpdir/bk.log")"
+}
+restores() {                    # restores DIR N [ARGS]
+    local d=$1 n=$2 out="$tmpdir/r-$RANDOM.img"
+    shift 2
+    if bk restore "$d" "$out" --at "$n" "$@" &&
+       cmp "$out" "$tmpdir/expect-$(basename "$d")-$n.img"; then
+        info "ok: $(basename "$d") run $n restores exactly"
+    else
+        check_fail "restore of $(basename "$d") run $n: $(cat "$tmpdir/bk.log")"
+    fi
+    rm -f "$out"
+}
+drop_chain_checkpoints() {
+    for c in $(our_checkpoints "$ctl"); do
+        "$SNAPFGCTL" -S "$ctl" checkpoint drop "$c" >/dev/null 2>&1 || true
+    done
+}
+
+# --- differential and empty runs ----------------------------------------------
+d="$tmpdir/diff"
+run "$d" 1
+write_random_blocks "$origin" 30 21 "$size"
+run "$d" 2 --diff
+write_random_blocks "$origin" 30 22 "$size"
+run "$d" 3 --diff
+[ "$(manifest_field "$d" 3 type)" = differential ] || check_fail "run 3 is not differential"
+[ "$(qemu-img info --output=json "$d/0003-diff.qcow2" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["backing-filename"])')" = 0001-full.qcow2 ] ||
+    check_fail "the differential's backing file is not the full image"
+c2=$(manifest_field "$d" 2 ranges_bytes); c3=$(manifest_field "$d" 3 ranges_bytes)
+[ "$c3" -gt "$c2" ] || check_fail "the second differential ($c3 bytes) is not a superset of the first ($c2)"
+# Nothing written: an empty run, no image.
+before=$(ls "$d" | wc -l)
+run "$d" 4
+[ "$(manifest_field "$d" 4 empty)" = True ] || check_fail "an unchanged disk did not give an empty run"
+grep -q 'nothing changed' "$tmpdir/bk.log" || check_fail "the empty run does not say so"
+ls "$d" | grep -q '^0004' && check_fail "the empty run wrote $(ls "$d" | grep '^0004')"
+cp "$tmpdir/expect-diff-3.img" "$tmpdir/expect-diff-4.img" 2>/dev/null || true
+write_random_blocks "$origin" 30 23 "$size"
+run "$d" 5
+for n in 1 2 3 4 5; do restores "$d" $n; done
+
+# --- verify and list -------------------------------------------------------------
+bk verify "$d" --all || check_fail "verify --all: $(cat "$tmpdir/bk.log")"
+[ "$(grep -c 'verified' "$tmpdir/bk.log")" -eq 5 ] || check_fail "verify --all did not verify 5 runs: $(cat "$tmpdir/bk.log")"
+"$SNAPFG_BACKUP" list "$d" >"$tmpdir/list" 2>&1 || check_fail "list failed"
+[ "$(wc -l <"$tmpdir/list")" -eq 6 ] && grep -q '^3 *differential *20[0-9-]*T[0-9:]*Z .* yes ' "$tmpdir/list" ||
+    check_fail "list: $(cat "$tmpdir/list")"
+"$SNAPFG_BACKUP" list "$d" --json >"$tmpdir/list.json" || check_fail "list --json failed"
+"$PY" - "$tmpdir/list.json" "$d" <<'PYEOF' || check_fail "list --json: $(cat "$tmpdir/list.json")"
+import json, os, sys
+doc = json.load(open(sys.argv[1]))
+runs = doc["runs"]
+assert [r["seq"] for r in runs] == [1, 2, 3, 4, 5], runs
+assert [r["type"] for r in runs] == ["full", "differential", "differential", "incremental", "incremental"]
+assert runs[3]["empty"] and runs[3]["image_size"] == 0
+assert runs[0]["image_size"] == os.stat(os.path.join(sys.argv[2], "0001-full.qcow2")).st_size
+assert all(r["verified"] for r in runs)
+assert all(r["checkpoint"].startswith("snapfg-backup-") for r in runs)
+assert runs[0]["started"].endswith("Z") and runs[0]["duration"] >= 0 and runs[0]["bytes_copied"] > 0
+PYEOF
+bk verify "$d" --json --at 2 || check_fail "verify --json --at 2"
+"$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] and d["runs"] == [{"seq": 2, "verified": True}], d' "$tmpdir/bk.log" ||
+    check_fail "verify --json: $(cat "$tmpdir/bk.log")"
+# A damaged image: verify fails, naming the run.
+cp -a "$d" "$tmpdir/damaged"
+"$PY" - "$tmpdir/damaged/0005-incr.qcow2" <<'PYEOF'
+import nbd, sys
+h = nbd.NBD()
+h.connect_systemd_socket_activation(["qemu-nbd", "-f", "qcow2", sys.argv[1]])
+h.pwrite(b"\x5a" * 4096, 7 << 20)
+h.flush()
+h.shutdown()
+PYEOF
+st=0; bk verify "$tmpdir/damaged" || st=$?
+expect_status 1 "verify of a damaged image" "differs from run 5" "$st"
+
+# --- prune -------------------------------------------------------------------------
+write_random_blocks "$origin" 30 24 "$size"
+run "$d" 6
+write_random_blocks "$origin" 30 25 "$size"
+run "$d" 7 --diff
+ck_before=$(our_checkpoints "$ctl" | wc -l)
+bk -S "$ctl" prune "$d" --keep-last 3 --json || check_fail "prune --keep-last 3: $(cat "$tmpdir/bk.log")"
+"$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] and d["removed_runs"] == [1, 2, 3, 4], d' "$tmpdir/bk.log" ||
+    check_fail "prune --json: $(cat "$tmpdir/bk.log")"
+[ "$("$PY" -c 'import json,sys; print([r["seq"] for r in json.load(open(sys.argv[1]+"/manifest.json"))["runs"]])' "$d")" = "[5, 6, 7]" ] ||
+    check_fail "prune kept the wrong runs"
+[ "$(manifest_field "$d" 5 type)" = full ] || check_fail "the oldest run kept is not a full run"
+ls "$d" | grep -q '^000[234]' && check_fail "prune left files of the runs it removed: $(ls "$d")"
+for n in 5 6 7; do restores "$d" $n; done
+bk verify "$d" --all || check_fail "verify --all after prune: $(cat "$tmpdir/bk.log")"
+# The chain goes on, incremental and differential.
+write_random_blocks "$origin" 30 26 "$size"
+run "$d" 8
+write_random_blocks "$origin" 30 27 "$size"
+run "$d" 9 --diff
+for n in 8 9; do restores "$d" $n; done
+# Checkpoints of a chain whose runs are gone: prune drops those no run needs.
+"$SNAPFGCTL" -S "$ctl" create stray-snap --checkpoint "snapfg-backup-$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/manifest.json"))["chain_id"])' "$d")-0099-dead" >/dev/null 2>&1 &&
+    "$SNAPFGCTL" -S "$ctl" drop stray-snap >/dev/null 2>&1 || true
+bk -S "$ctl" prune "$d" --keep-last 10 || check_fail "prune --keep-last 10: $(cat "$tmpdir/bk.log")"
+our_checkpoints "$ctl" | grep -q 0099-dead && check_fail "prune left a checkpoint no run needs"
+[ "$(our_checkpoints "$ctl" | grep -c "$(manifest_field "$d" 9 checkpoint)")" -eq 1 ] ||
+    check_fail "prune dropped the last run's checkpoint: $(our_checkpoints "$ctl")"
+drop_chain_checkpoints
+
+# --- the rough edges -------------------------------------------------------------
+# restore DIR - : the disk on standard output.
+bk restore "$d" - --at 8 >/dev/null 2>&1 || true
+"$SNAPFG_BACKUP" restore "$d" - --at 8 >"$tmpdir/stdout.img" 2>"$tmpdir/bk.log" ||
+    check_fail "restore DIR -: $(cat "$tmpdir/bk.log")"
+cmp "$tmpdir/stdout.img" "$tmpdir/expect-diff-8.img" || check_fail "restore DIR - differs from run 8"
+ls "$tmpdir" | grep -q '^-' && check_fail "restore DIR - wrote a file named -"
+# Progress while restoring, on a terminal.
+if have script; then
+    script -qec "$SNAPFG_BACKUP restore $d $tmpdir/tty.img --at 9" /dev/null >"$tmpdir/tty.log" 2>&1 || true
+    grep -q 'restore: .* MiB (100%), .* MiB/s' "$tmpdir/tty.log" ||
+        check_fail "no progress line while restoring on a terminal: $(tr '\r' '\n' <"$tmpdir/tty.log" | tail -n 3)"
+    cmp "$tmpdir/tty.img" "$tmpdir/expect-diff-9.img" || check_fail "restore on a terminal differs"
+fi
+# --cow-dir that does not exist yet is created.
+run "$tmpdir/cow-run" 1 --cow-dir "$tmpdir/cows-new"
+[ -d "$tmpdir/cows-new" ] || check_fail "--cow-dir was not created"
+[ -z "$(ls -A "$tmpdir/cows-new")" ] || check_fail "--cow-dir keeps $(ls "$tmpdir/cows-new")"
+restores "$tmpdir/cow-run" 1
+drop_chain_checkpoints
+# An unreachable server leaves no backup directory.
+st=0; bk -S "$tmpdir/no-such-sock" -u "nbd+unix:///?socket=$tmpdir/no-such" backup "$tmpdir/unreached" || st=$?
+[ "$st" -ne 0 ] && [ ! -e "$tmpdir/unreached" ] ||
+    check_fail "a run against an unreachable server: exit $st, left $(ls -a "$tmpdir/unreached" 2>&1)"
+
+stop_nbdkit "$pidf"
+finish

@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
+# Write-back of first writes (writeback=on, the default), against a real
+# nbdkit with libnbd clients, checking data byte for byte through NBD and
+# in the origin file itself.  SNAPFG_TEST_WRITEBACK_PAUSE=FILE holds the
+# committer while FILE exists, so that "held" is a state the test sets,
+# not a race it hopes to win.
+#
+#  1. Held writes: read-your-writes across two connections, overwrites of
+#     a held chunk in order, a zero and a multi-chunk write; the snapshot
+#     unchanged; nothing on the origin file while held; FUA on the file
+#     when it returns; after a flush the file holds every write.  A FUA
+#     write over a held one.  Stats show what is held.  A restart finds
+#     the snapshot pristine and the origin as written.
+#  2. Backpressure: writeback-max=64K and the committer paused: a writer
+#     waits for room (stats), never fails; held bytes stay within the
+#     limit; once the committer goes on every write lands.
+#  3. A clean stop applies and syncs everything held.
+#  4. A failed origin write after the acknowledgement (an NBD origin
+#     whose writes fail on demand): the next flush on every connection
+#     fails with EIO, once; the snapshot stays valid.
+#  5. A failed commit after the acknowledgement (an NBD COW whose flush
+#     fails on demand): the snapshot becomes Invalid, the origin write
+#     goes ahead.
+#  6. writeback=off: every acknowledged write is on the origin file at
+#     once (today's behaviour), and stats say off.
+set -euo pipefail
+source "$(dirname "$0")/control-functions.sh"
+require_control_tools
+requires nbdkit
+
+WBIO="$(dirname "$0")/writeback-io.py"
+wbio() { "$PY" "$WBIO" "$@" >"$tmpdir/wbio.out" 2>&1; local st=$?; report; return $st; }
+# report: each "ok"/"BAD" line of the last wbio run.
+report() {
+    local verdict rest
+    while read -r verdict rest; do
+        case $verdict in
+            ok) info "ok: $rest" ;;
+            BAD) check_fail "$rest" ;;
+            *) echo "$verdict $rest" >&2 ;;
+        esac
+    done <"$tmpdir/wbio.out"
+}
+
+test_files
+test_seed
+origin="$tmpdir/origin.img"
+cow="$tmpdir/cow.img"
+pristine="$tmpdir/pristine.img"
+model="$tmpdir/model.img"
+pause="$tmpdir/pause"
+ctlsock="$tmpdir/ctl.sock"
+size=$((16 * 1024 * 1024))
+
+fresh() {
+    make_random_image "$origin" "$size"
+    cp "$origin" "$pristine"
+    cp "$origin" "$model"
+    rm -f "$cow" "$ctlsock"
+}
+
+# stat_field KEY: the origin export's KEY in snapfgctl stats --json.
+stat_field() {
+    "$SNAPFGCTL" --socket "$ctlsock" stats --json >"$tmpdir/stats.json" ||
+        return 1
+    jq_py "$tmpdir/stats.json" \
+        "[x for x in d['exports'] if x['export'] == 'origin'][0]['$1']"
+}
+
+# ---- 1. held writes ---------------------------------------------------
+info "=== 1. held writes, read-your-writes, order, FUA, flush"
+fresh
+touch "$pause"
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+    origin="$origin" cow="$cow" control="$ctlsock" writeback=on
+# Held now, with the committer paused: the stats say so.
+wbio write "$sock" 0x100000 4096 0x5a || check_fail "a first write failed"
+"$PY" - "$model" <<'EOF'
+import sys
+m = bytearray(open(sys.argv[1], "rb").read())
+m[0x100000:0x100000 + 4096] = b"\x5a" * 4096
+open(sys.argv[1], "wb").write(m)
+EOF
+held=$(stat_field writeback_held_bytes)
+[ "$held" -gt 4096 ] && info "ok: stats: $held bytes held" ||
+    check_fail "stats: writeback_held_bytes is $held with a write held"
+[ "$(stat_field writeback)" = true ] || check_fail "stats: writeback is not on"
+"$SNAPFGCTL" --socket "$ctlsock" stats >"$tmpdir/stats.txt"
+grep -q '^write-back on (max 134217728 bytes): [0-9]* bytes held' "$tmpdir/stats.txt" &&
+    info "ok: snapfgctl stats prints the write-back line" ||
+    check_fail "snapfgctl stats: no write-back line: $(cat "$tmpdir/stats.txt")"
+"$SNAPFGCTL" --socket "$ctlsock" stats --prometheus >"$tmpdir/prom.txt"
+for m in writeback_held_bytes writeback_commit_rounds_total \
+         writeback_round_exceptions_total writeback_waiting_writers; do
+    grep -q "^snapfg_${m}{export=\"origin\"} [0-9]" "$tmpdir/prom.txt" &&
+        info "ok: prometheus: snapfg_$m" ||
+        check_fail "prometheus: no snapfg_$m sample for the origin"
+done
+wbio held "$sock" "$origin" "$pristine" "$model" "$pause" || true
+rounds=$(stat_field writeback_commit_rounds)
+[ "$rounds" -ge 1 ] && info "ok: stats: $rounds commit rounds" ||
+    check_fail "stats: writeback_commit_rounds is $rounds after a flush"
+[ "$(stat_field writeback_held_bytes)" = 0 ] ||
+    check_fail "stats: bytes still held after a flush"
+wbio fua-after-held "$sock" "$origin" "$model" || true
+export_equals "$(uri "$sock" snapshot)" "$pristine" "snapshot == pristine"
+export_equals "$(uri "$sock" origin)" "$model" "origin export == model"
+stop_nbdkit "$pid"
+files_equal "$origin" "$model" "origin file after the stop"
+start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+export_equals "$(uri "$sock" snapshot)" "$pristine" "restarted: snapshot == pristine"
+stop_nbdkit "$pid"
+
+# ---- 2. backpressure --------------------------------------------------
+info "=== 2. backpressure: writeback-max=64K, the committer paused"
+fresh
+touch "$pause"
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+    origin="$origin" cow="$cow" control="$ctlsock" writeback-max=64K
+"$PY" "$WBIO" backpressure "$sock" "$origin" "$model" "$pause" 64 \
+    >"$tmpdir/bp.out" 2>&1 &
+writer=$!
+waiting() { [ "$(stat_field writeback_waiting)" -ge 1 ]; }
+wait_until 60 waiting && info "ok: a writer waits for room" ||
+    check_fail "no writer waiting for room with writeback-max=64K and 64 writes"
+held=$(stat_field writeback_held_bytes)
+[ "$held" -le 65536 ] && info "ok: $held bytes held, within writeback-max" ||
+    check_fail "$held bytes held, over writeback-max=64K"
+rm -f "$pause"
+st=0; wait "$writer" || st=$?
+cp "$tmpdir/bp.out" "$tmpdir/wbio.out"; report
+[ "$st" = 0 ] || check_fail "the backpressure writer failed (status $st)"
+[ "$(stat_field writeback_room_waits)" -ge 1 ] ||
+    check_fail "stats: writeback_room_waits did not count the wait"
+export_equals "$(uri "$sock" snapshot)" "$pristine" "backpressure: snapshot == pristine"
+stop_nbdkit "$pid"
+files_equal "$origin" "$model" "backpressure: origin file"
+
+# ---- 3. a clean stop applies what is held -----------------------------
+info "=== 3. a clean stop applies and syncs held writes"
+fresh
+touch "$pause"
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+    origin="$origin" cow="$cow"
+wbio fill "$sock" "$model" 200 "$seed" || true
+cmp -s "$origin" "$pristine" && info "ok: nothing on the origin file while held" ||
+    check_fail "the origin file changed while the committer was paused"
+stop_nbdkit "$pid"
+rm -f "$pause"
+files_equal "$origin" "$model" "after a clean stop the origin file holds every write"
+start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+export_equals "$(uri "$sock" snapshot)" "$pristine" "clean stop: snapshot == pristine"
+stop_nbdkit "$pid"
+
+# ---- 4 and 5: failures after the acknowledgement ----------------------
+# backend SOCK PIDFILE ARGS...: a plain nbdkit (stopped with stop_nbdkit).
+backend() {
+    local s=$1 p=$2
+    shift 2
+    rm -f "$s" "$p"
+    nbdkit -f --exit-with-parent -U "$s" -P "$p" "$@" 2>"$p.log" &
+    _nbdkit_pids[$p]=$!
+    _nbdkit_logs[$p]="$p.log"
+    for _ in $(seq 300); do [ -S "$s" ] && [ -s "$p" ] && return 0; sleep 0.1; done
+    fail "nbdkit $* did not start"
+}
+
+info "=== 4. a held origin write fails: the next flush on every connection fails"
+fresh
+osock="$tmpdir/o.sock"; opid="$tmpdir/o.pid"; trigger="$tmpdir/fail-writes"
+rm -f "$trigger"
+backend "$osock" "$opid" --filter=error file "$origin" \
+    error-pwrite=EIO error-pwrite-rate=100% error-pwrite-file="$trigger"
+touch "$pause"
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+    origin="$(uri "$osock")" cow="$cow" control="$ctlsock"
+wbio write "$sock" 0x200000 8192 0x77 || check_fail "the first write failed"
+touch "$trigger"
+wbio flush-fails "$sock" "$pause" || true
+errs=$(stat_field writeback_origin_errors)
+[ "$errs" -ge 1 ] && info "ok: stats: $errs origin write(s) failed" ||
+    check_fail "stats: writeback_origin_errors is $errs"
+grep -q "origin=.*write of 8192 bytes at 2097152 failed" "$pid.log" &&
+    info "ok: the failed origin write is logged" ||
+    check_fail "the failed origin write is not in the log"
+rm -f "$trigger"
+export_equals "$(uri "$sock" snapshot)" "$pristine" "origin write failed: snapshot still valid and pristine"
+stop_nbdkit "$pid"
+stop_nbdkit "$opid"
+
+info "=== 5. a held write's commit fails: the snapshot becomes Invalid"
+fresh
+csock="$tmpdir/c.sock"; cpid="$tmpdir/c.pid"; trigger="$tmpdir/fail-cow"
+rm -f "$trigger"
+# The copy is written before the acknowledgement; the commit's metadata
+# write comes after it, and fails.
+backend "$csock" "$cpid" --filter=error memory 32M \
+    error-pwrite=EIO error-pwrite-rate=100% error-pwrite-file="$trigger"
+touch "$pause"
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+    origin="$origin" cow="$(uri "$csock")"
+wbio write "$sock" 0x300000 4096 0x66 || check_fail "the first write failed"
+"$PY" - "$model" <<'EOF'
+import sys
+m = bytearray(open(sys.argv[1], "rb").read())
+m[0x300000:0x300000 + 4096] = b"\x66" * 4096
+open(sys.argv[1], "wb").write(m)
+EOF
+touch "$trigger"
+rm -f "$pause"
+"$PY" -m nbd -u "$(uri "$sock" origin)" -c 'h.flush()' ||
+    check_fail "the origin flush failed (only the snapshot is lost)"
+"$PY" -m nbd -u "$(uri "$sock" snapshot)" -c 'h.pread(4096, 0)' 2>/dev/null &&
+    check_fail "the snapshot still reads after its commit failed" ||
+    info "ok: the snapshot is Invalid after its commit failed"
+grep -q "is now Invalid: committing an exception failed" "$pid.log" &&
+    info "ok: the Invalid snapshot is logged" ||
+    check_fail "no 'committing an exception failed' in the log"
+rm -f "$trigger"
+export_equals "$(uri "$sock" origin)" "$model" "commit failed: the origin write went ahead"
+stop_nbdkit "$pid"
+stop_nbdkit "$cpid"
+
+# ---- 6. writeback=off -------------------------------------------------
+info "=== 6. writeback=off: acknowledged writes are on the file at once"
+fresh
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+    origin="$origin" cow="$cow" control="$ctlsock" writeback=off
+touch "$pause"                 # would hold them, were write-back on
+wbio fill "$sock" "$model" 50 "$seed" || true
+files_equal "$origin" "$model" "writeback=off: the file holds every acknowledged write"
+[ "$(stat_field writeback)" = false ] || check_fail "stats: writeback is not off"
+[ "$(stat_field writeback_commit_rounds)" = 0 ] || check_fail "stats: commit rounds with writeback=off"
+export_equals "$(uri "$sock" snapshot)" "$pristine" "writeback=off: snapshot == pristine"
+stop_nbdkit "$pid"
+rm -f "$pause"
+
+finish

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
+"""Clients for tests/test-writeback.sh: write-back of first writes.
+
+Each command connects to a running snapfg server on SOCK, does its
+requests, checks what it can see through NBD and in the origin FILE
+itself (read directly, byte for byte), prints "ok ..." lines and exits
+1 after printing "BAD ..." for each broken expectation.
+
+  held SOCK ORIGIN PRISTINE MODEL PAUSE
+      The committer is paused (PAUSE exists).  Writes, an overwrite of a
+      held chunk, a zero and a multi-chunk write go to the origin on two
+      connections; each connection reads the other's writes; the
+      snapshot reads the pristine data; the origin file has none of it
+      yet.  A FUA write to a new chunk is in the file when it returns.
+      Then PAUSE is removed and a flush on one connection puts every
+      write in the file.  MODEL gets what the origin must hold.
+  fua-after-held SOCK ORIGIN MODEL
+      A write, then a FUA write over part of it: the file has both, in
+      order, when the FUA write returns.
+  backpressure SOCK ORIGIN MODEL PAUSE COUNT
+      COUNT 4K first writes, one after another (the caller watches the
+      stats for a writer waiting for room and then removes PAUSE); all
+      succeed; after a flush the file holds them.
+  fill SOCK MODEL COUNT SEED
+      COUNT 4K first writes, no flush (for the clean-stop check).
+  flush-fails SOCK PAUSE
+      Two connections open before the failure (PAUSE is removed once they
+      are): each one's next flush
+      fails with EIO, the flush after it succeeds; a connection opened
+      later flushes fine.
+  write SOCK OFFSET LENGTH BYTE
+      One write, no flush.
+"""
+
+import errno
+import os
+import sys
+
+import nbd
+
+from snapfg_test import connect_unix, close, log
+
+bad = 0
+
+
+def check(what, good):
+    global bad
+    print(("ok " if good else "BAD ") + what, flush=True)
+    if not good:
+        bad += 1
+
+
+def read_file(path, off, n):
+    with open(path, "rb") as f:
+        f.seek(off)
+        return f.read(n)
+
+
+def load(path):
+    with open(path, "rb") as f:
+        return bytearray(f.read())
+
+
+def save(path, img):
+    with open(path, "wb") as f:
+        f.write(img)
+
+
+def cmd_held(sock, origin, pristine, model_path, pause):
+    model = load(model_path)
+    orig = load(pristine)
+    a = connect_unix(sock, "origin")
+    b = connect_unix(sock, "")
+    s = connect_unix(sock, "snapshot")
+    M = 1024 * 1024
+
+    # A first write on a, read on b.
+    x = os.urandom(4096)
+    a.pwrite(x, 1 * M)
+    model[1 * M:1 * M + 4096] = x
+    check("a held write reads back on another connection",
+          b.pread(4096, 1 * M) == x)
+
+    # Overwrites of the held chunk, in order, from both connections.
+    y = os.urandom(4096)
+    b.pwrite(y, 1 * M)
+    model[1 * M:1 * M + 4096] = y
+    z = os.urandom(512)
+    a.pwrite(z, 1 * M + 1024)
+    model[1 * M + 1024:1 * M + 1536] = z
+    check("overwrites of a held chunk apply in order (connection a)",
+          a.pread(8192, 1 * M) == bytes(model[1 * M:1 * M + 8192]))
+    check("overwrites of a held chunk apply in order (connection b)",
+          b.pread(8192, 1 * M) == bytes(model[1 * M:1 * M + 8192]))
+
+    # A write over many chunks, and a zero.
+    w = os.urandom(65536 + 512)
+    a.pwrite(w, 3 * M - 512)
+    model[3 * M - 512:3 * M + 65536] = w
+    b.zero(8192, 5 * M)
+    model[5 * M:5 * M + 8192] = bytes(8192)
+    check("a multi-chunk held write reads back",
+          b.pread(len(w), 3 * M - 512) == w)
+    check("a held zero reads back as zeroes",
+          a.pread(8192, 5 * M) == bytes(8192))
+    # A read that covers held and unheld data.
+    check("a read across held and unheld data",
+          b.pread(4 * M, 2 * M) == bytes(model[2 * M:6 * M]))
+
+    # The snapshot is unchanged.
+    for off, n in ((1 * M, 8192), (3 * M - 512, 65536 + 512), (5 * M, 8192)):
+        check("the snapshot reads the pristine data at %d" % off,
+              s.pread(n, off) == bytes(orig[off:off + n]))
+
+    # The committer is paused: none of it is on the origin file yet.
+    for off, n in ((1 * M, 8192), (3 * M - 512, 65536 + 512), (5 * M, 8192)):
+        check("held data is not on the origin file yet at %d" % off,
+              read_file(origin, off, n) == bytes(orig[off:off + n]))
+
+    # FUA to a chunk no held write touches: on the file when it returns.
+    f = os.urandom(4096)
+    b.pwrite(f, 7 * M, nbd.CMD_FLAG_FUA)
+    model[7 * M:7 * M + 4096] = f
+    check("a FUA first write is on the origin file when it returns",
+          read_file(origin, 7 * M, 4096) == f)
+
+    # A flush after the pause ends: everything is on the file.
+    os.unlink(pause)
+    a.flush()
+    check("after a flush the origin file holds every write, byte for byte",
+          load(origin) == model)
+    check("after the flush the snapshot is still pristine",
+          s.pread(len(orig), 0) == bytes(orig))
+    for h in (a, b, s):
+        close(h)
+    save(model_path, model)
+
+
+def cmd_fua_after_held(sock, origin, model_path):
+    model = load(model_path)
+    h = connect_unix(sock, "origin")
+    off = 9 * 1024 * 1024
+    x = os.urandom(16384)
+    h.pwrite(x, off)
+    model[off:off + 16384] = x
+    y = os.urandom(4096)
+    h.pwrite(y, off + 4096, nbd.CMD_FLAG_FUA)
+    model[off + 4096:off + 8192] = y
+    check("a FUA write over a held one: both on the file, in order",
+          read_file(origin, off, 16384) == bytes(model[off:off + 16384]))
+    close(h)
+    save(model_path, model)
+
+
+def cmd_backpressure(sock, origin, model_path, pause, count):
+    model = load(model_path)
+    h = connect_unix(sock, "origin")
+    for i in range(count):
+        off = (i * 2 + 1) * 65536
+        x = os.urandom(4096)
+        h.pwrite(x, off)              # never an error, however full
+        model[off:off + 4096] = x
+    check("%d first writes past writeback-max all succeeded" % count, True)
+    h.flush()
+    check("after a flush the origin file holds them all",
+          load(origin) == model)
+    close(h)
+    save(model_path, model)
+
+
+def cmd_fill(sock, model_path, count, seed):
+    import random
+    rng = random.Random(seed)
+    model = load(model_path)
+    h = connect_unix(sock, "origin")
+    for _ in range(count):
+        off = rng.randrange(len(model) // 4096) * 4096
+        x = rng.randbytes(4096)
+        h.pwrite(x, off)
+        model[off:off + 4096] = x
+    close(h)
+    save(model_path, model)
+    check("%d writes acknowledged" % count, True)
+
+
+def flush_errno(h):
+    try:
+        h.flush()
+        return 0
+    except nbd.Error as e:
+        return e.errno
+
+
+def cmd_flush_fails(sock, pause):
+    a = connect_unix(sock, "origin")
+    b = connect_unix(sock, "snapshot")
+    os.unlink(pause)              # the committer goes on, and fails
+    ea, eb = flush_errno(a), flush_errno(b)
+    check("the next flush on connection a fails with EIO (got %s)" % ea,
+          ea in (errno.EIO, "EIO"))
+    check("the next flush on connection b fails with EIO (got %s)" % eb,
+          eb in (errno.EIO, "EIO"))
+    check("the flush after that on a succeeds", flush_errno(a) == 0)
+    c = connect_unix(sock, "origin")
+    check("a connection opened later flushes fine", flush_errno(c) == 0)
+    for h in (a, b, c):
+        close(h)
+
+
+def cmd_write(sock, off, n, byte):
+    h = connect_unix(sock, "origin")
+    h.pwrite(bytes([byte]) * n, off)
+    close(h)
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "held":
+        cmd_held(*args)
+    elif cmd == "fua-after-held":
+        cmd_fua_after_held(*args)
+    elif cmd == "backpressure":
+        cmd_backpressure(args[0], args[1], args[2], args[3], int(args[4]))
+    elif cmd == "fill":
+        cmd_fill(args[0], args[1], int(args[2]), int(args[3]))
+    elif cmd == "flush-fails":
+        cmd_flush_fails(*args)
+    elif cmd == "write":
+        cmd_write(args[0], int(args[1], 0), int(args[2], 0), int(args[3], 0))
+    else:
+        log("unknown command %s" % cmd, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
