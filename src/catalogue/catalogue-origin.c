@@ -13,8 +13,11 @@
  *
  * With an identity on both sides it decides, as in the bindings: a file
  * renamed into the origin's place (same path, same size) is another
- * disk, and the catalogue is refused, saying what changed; the origin
- * itself renamed is still the origin (the new path is recorded).
+ * disk, and a catalogue that records snapshots is refused, saying what
+ * changed (one that records none follows the new disk: its checkpoints
+ * are judged by their bitmaps, which record the identity too, and are
+ * found inconsistent); the origin itself renamed is still the origin
+ * (the new path is recorded).
  * origin-moved=true says the origin really moved: an origin of the same
  * size is accepted whatever its path and identity, with a notice, and
  * the catalogue is rebound to it.  Another size is never the origin.
@@ -131,6 +134,22 @@ catalogue_check_origin (struct catalogue *cat, json_t *root,
                      "the new path", cat->path, path, now, origin->path);
       snprintf (detail, sizeof detail, "%s -> %s", path, origin->path);
       return rebind (cat, root, origin, "origin-renamed", detail);
+    }
+    if (!origin->moved && same_path &&
+        json_array_size (json_object_get (root, "snapshots")) == 0) {
+      /* Nothing recorded was taken of the old disk but the checkpoints,
+       * and each bitmap records the identity too: those are found
+       * inconsistent (the next incremental asks for --full).  The
+       * catalogue follows the disk that is there, so that a snapshot
+       * taken of it now comes back at the next start.
+       */
+      snapfg_notice ("state=%s: the origin was replaced: the catalogue "
+                     "recorded origin %s as %s, and it is %s now; no "
+                     "snapshot is recorded, so the catalogue is rebound "
+                     "to it (its checkpoints' bitmaps tracked the old "
+                     "disk)", cat->path, path, was, now);
+      snprintf (detail, sizeof detail, "%s -> %s", was, now);
+      return rebind (cat, root, origin, "origin-replaced", detail);
     }
     if (!origin->moved) {
       if (same_path)
