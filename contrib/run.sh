@@ -63,6 +63,8 @@ required=(
     coreutils diffutils util-linux mount procps socat strace
     # TLS tests (psktool), systemd-analyze verify of the service unit
     gnutls-bin systemd
+    # snapfg-backup -H (tests/test-backup-remote.sh starts its own sshd)
+    openssh-client openssh-server
     # guest tests (make check-guest): QEMU, cpio for the initramfs, the
     # module decompressors (Debian 12 kernels ship .ko, 13 ones .ko.xz)
     qemu-system-x86 cpio xz-utils zstd

@@ -120,6 +120,16 @@ expect_status 2 "an incremental of an encrypted chain without the key" 'encrypte
 st=0; bk verify "$d" --all --key-file "$tmpdir/badkey" || st=$?
 expect_status 1 "verify with a wrong key" 'Invalid password' "$st"
 bk verify "$d" --all --key-file "$tmpdir/key" || check_fail "verify --all of the encrypted chain: $(cat "$tmpdir/bk.log")"
+# prune commits an encrypted chain with the key; the points kept still
+# restore, and later runs go on.
+st=0; bk prune "$d" --keep-last 2 || st=$?
+expect_status 1 "prune of an encrypted chain without the key" 'encrypted: give its key' "$st"
+bk prune "$d" --keep-last 2 --key-file "$tmpdir/key" || check_fail "prune of the encrypted chain: $(cat "$tmpdir/bk.log")"
+for n in 2 3; do restores "$d" $n --key-file "$tmpdir/key"; done
+qemu-img info "$d/0001-full.qcow2" | grep -q 'encrypted: yes' || check_fail "the pruned full image is not encrypted"
+write_random_blocks "$origin" 30 14 "$size"
+run "$d" 4 --key-file "$tmpdir/key"
+restores "$d" 4 --key-file "$tmpdir/key"
 st=0; bk -S "$ctl" -u "$origin" backup "$tmpdir/c-zstd" --encrypt --key-file "$tmpdir/key" || st=$?
 expect_status 2 "--encrypt on an unencrypted chain" 'not encrypted' "$st"
 drop_chain_checkpoints

@@ -157,6 +157,37 @@ our_checkpoints "$ctl" | grep -q 0099-dead && check_fail "prune left a checkpoin
     check_fail "prune dropped the last run's checkpoint: $(our_checkpoints "$ctl")"
 drop_chain_checkpoints
 
+# A prune killed midway (after the marks, after the commit and rebase):
+# the runs kept still restore, the ones going are refused, a backup
+# waits for the prune, and prune run again finishes.
+for point in prune-marked prune-rebased; do
+    p="$tmpdir/pr-$point"
+    for n in 1 2 3 4; do
+        run "$p" $n
+        write_random_blocks "$origin" 30 $((40 + n)) "$size"
+    done
+    rm -f "$tmpdir/resume"
+    SNAPFG_BACKUP_TEST_PAUSE=$point SNAPFG_BACKUP_TEST_RESUME="$tmpdir/resume" \
+        "$SNAPFG_BACKUP" prune "$p" --keep-last 2 >"$tmpdir/prune.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+        grep -q '"pruning": true' "$p/manifest.json" && break
+        sleep 0.1
+    done
+    sleep 1
+    kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
+    grep -q '"pruning": true' "$p/manifest.json" || check_fail "$point: the prune did not mark the runs"
+    for n in 3 4; do restores "$p" $n; done
+    st=0; bk restore "$p" "$tmpdir/gone.img" --at 1 || st=$?
+    expect_status 1 "$point: a run being pruned is not restored" 'being pruned' "$st"
+    st=0; bk -S "$ctl" -u "$origin" backup "$p" || st=$?
+    expect_status 1 "$point: a backup after an interrupted prune" 'prune again' "$st"
+    bk prune "$p" --keep-last 2 || check_fail "$point: prune again: $(cat "$tmpdir/bk.log")"
+    for n in 3 4; do restores "$p" $n; done
+    bk verify "$p" --all || check_fail "$point: verify --all after the prune finished: $(cat "$tmpdir/bk.log")"
+    drop_chain_checkpoints
+done
+
 # --- the rough edges -------------------------------------------------------------
 # restore DIR - : the disk on standard output.
 bk restore "$d" - --at 8 >/dev/null 2>&1 || true

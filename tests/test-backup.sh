@@ -108,8 +108,11 @@ for n in 2 3 4; do
     fi
 done
 
-# A progress line on a terminal only.
-grep -q 'MiB/s' "$tmpdir/bk.log" && check_fail "a progress line although stderr is not a terminal"
+# A progress line on a terminal only (--progress=auto); the last line
+# has the duration and rate.
+grep -q ' of [0-9]* MiB (' "$tmpdir/bk.log" && check_fail "a progress line although stderr is not a terminal"
+tail -n 1 "$tmpdir/bk.log" | grep -q ' in [0-9.]* s ([0-9.]* MiB/s)' ||
+    check_fail "the last line has no duration and rate: $(tail -n 1 "$tmpdir/bk.log")"
 if have script; then
     script -qec "$SNAPFG_BACKUP restore $dir $tmpdir/tty.img" /dev/null >"$tmpdir/tty.log" 2>&1 || true
     grep -q 'verify: .* MiB (100%), .* MiB/s' "$tmpdir/tty.log" ||

@@ -12,7 +12,7 @@
 #     or its arguments, -S after the command, --socket=, "--";
 #  3. exit statuses: 0 done, 1 refused by the server, 2 usage error
 #     (unknown command, missing or extra argument, an option of another
-#     command, a bad size), 3 server unreachable (no socket, a server
+#     command, a bad size), 4 server unreachable (no socket, a server
 #     that closes without replying, a reply that is not JSON);
 #  4. one line on success for create, drop, set-block-size and merge;
 #  5. sizes with nbdkit's suffixes (b, s, k, m, g, t, p, e, either case)
@@ -146,7 +146,7 @@ expect_st "usage: an unknown option" 2 -S "$ctlsock" status --frobnicate
 expect_st "usage: --exceptions outside inspect" 2 -S "$ctlsock" status --exceptions
 expect_st "usage: no socket" 2 status
 expect_st "usage: a bad size" 2 -S "$ctlsock" set-block-size 4KiB
-expect_st "unreachable: no such socket" 3 -S "$tmpdir/no-such.sock" status
+expect_st "unreachable: no such socket" 4 -S "$tmpdir/no-such.sock" status
 grep -q "cannot connect" "$tmpdir/run.err" || check_fail "no socket: message: $(cat "$tmpdir/run.err")"
 # A "server" that accepts and closes, one that answers garbage.
 "$PY" -c '
@@ -160,8 +160,8 @@ for reply in (b"", b"this is not json\n"):
 ' "$tmpdir/fake.sock" &
 fake=$!
 wait_until 30 test -e "$tmpdir/fake.sock.ready" || fail "the fake server did not start"
-expect_st "unreachable: the server closes without a reply" 3 -S "$tmpdir/fake.sock" status
-expect_st "unreachable: the reply is not JSON" 3 -S "$tmpdir/fake.sock" status
+expect_st "unreachable: the server closes without a reply" 4 -S "$tmpdir/fake.sock" status
+expect_st "unreachable: the reply is not JSON" 4 -S "$tmpdir/fake.sock" status
 wait "$fake" || check_fail "the fake server failed"
 
 # =====================================================================

@@ -285,8 +285,8 @@ done
 # Without --cow the store goes to the state= directory; this server has none.
 ctl_refused "create x without --cow on a server without state=" 'state=' "$ctlsock" create x
 st=0; "$SNAPFGCTL" -S "$tmpdir/no-such.sock" status >/dev/null 2>"$tmpdir/usage.err" || st=$?
-[ "$st" -eq 3 ] && grep -q "cannot connect" "$tmpdir/usage.err" &&
-    info "ok: no server: exit 3 (unreachable), $(cat "$tmpdir/usage.err")" ||
+[ "$st" -eq 4 ] && grep -q "cannot connect" "$tmpdir/usage.err" &&
+    info "ok: no server: exit 4 (unreachable), $(cat "$tmpdir/usage.err")" ||
     check_fail "no server: exit $st, $(cat "$tmpdir/usage.err")"
 ctl "$ctlsock" --json drop nosuch || true
 json_ok "an error reply with --json" "$tmpdir/ctl.out"

@@ -281,6 +281,7 @@ checkpoint_from_json (void *elem, json_t *v)
   c->bitmap = dup_string (v, "bitmap");
   c->state = dup_string (v, "state");
   c->snapshot = dup_string (v, "snapshot");     /* NULL if null */
+  c->owner = dup_string (v, "owner");           /* NULL if absent */
   c->granularity = get_uint (v, "granularity");
   c->created = get_uint (v, "created");
   c->seq = get_uint (v, "seq");
@@ -296,6 +297,7 @@ checkpoint_free_fields (void *elem)
   free (c->bitmap);
   free (c->state);
   free (c->snapshot);
+  free (c->owner);
 }
 
 int
@@ -321,14 +323,14 @@ catalogue_checkpoints_free (struct catalogue_checkpoint *list, size_t n)
 static json_t *
 checkpoint_record (const struct catalogue_checkpoint *c)
 {
-  return json_pack ("{s:s, s:s, s:I, s:I, s:I, s:s, s:s?}",
+  return json_pack ("{s:s, s:s, s:I, s:I, s:I, s:s, s:s?, s:s*}",
                     "name", c->name, "bitmap", c->bitmap,
                     "granularity", (json_int_t) c->granularity,
                     "created", (json_int_t) c->created,
                     "seq", (json_int_t) c->seq,
                     "state", c->state ? c->state
                     : CATALOGUE_CHECKPOINT_ACTIVE,
-                    "snapshot", c->snapshot);
+                    "snapshot", c->snapshot, "owner", c->owner);
 }
 
 int

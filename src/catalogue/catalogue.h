@@ -83,6 +83,7 @@ struct catalogue_checkpoint {
   uint64_t seq;                    /* creation order, increasing */
   char *state;                     /* CATALOGUE_CHECKPOINT_* */
   char *snapshot;                  /* created at the same instant, or NULL */
+  char *owner;                     /* who made it, or NULL (optional) */
 };
 
 /* Open (or, if the file does not exist, create) the catalogue at path

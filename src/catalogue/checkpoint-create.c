@@ -134,6 +134,14 @@ checkpoint_prepare (struct snapfg_engine *e, const char *name,
 }
 
 int
+checkpoint_set_owner (struct checkpoint *cp, const char *owner)
+{
+  free (cp->owner);
+  cp->owner = owner ? strdup (owner) : NULL;
+  return owner && cp->owner == NULL ? -ENOMEM : 0;
+}
+
+int
 checkpoint_commit_locked (struct snapfg_engine *e, struct checkpoint *cp)
 {
   struct checkpoint_chain *c = e->cbt;

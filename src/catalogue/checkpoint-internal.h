@@ -30,6 +30,7 @@ struct checkpoint {
   char *name;
   char *bitmap_path;
   char *snapshot;               /* created with this snapshot, or NULL */
+  char *owner;                  /* who made it (a backup directory), or NULL */
   uint64_t seq;
   int64_t created;
   uint32_t granularity;

@@ -43,6 +43,7 @@ checkpoint_free (struct checkpoint *cp)
   free (cp->name);
   free (cp->bitmap_path);
   free (cp->snapshot);
+  free (cp->owner);
   free (cp);
 }
 
@@ -75,6 +76,7 @@ checkpoint_records_write (struct checkpoint_chain *c, struct checkpoint **list,
                               : i == n - 1 ? CATALOGUE_CHECKPOINT_ACTIVE
                               : CATALOGUE_CHECKPOINT_FROZEN);
     recs[i].snapshot = list[i]->snapshot;
+    recs[i].owner = list[i]->owner;
   }
   r = catalogue_checkpoints_set (c->cat, recs, n);
   if (r < 0)
@@ -159,12 +161,14 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
     cp->name = strdup (rec->name);
     cp->bitmap_path = strdup (rec->bitmap);
     cp->snapshot = rec->snapshot ? strdup (rec->snapshot) : NULL;
+    cp->owner = rec->owner ? strdup (rec->owner) : NULL;
     cp->seq = rec->seq;
     cp->created = rec->created;
     cp->granularity = rec->granularity;
     c->list.ptr[c->list.len++] = cp;
     if (cp->name == NULL || cp->bitmap_path == NULL ||
-        (rec->snapshot && cp->snapshot == NULL)) {
+        (rec->snapshot && cp->snapshot == NULL) ||
+        (rec->owner && cp->owner == NULL)) {
       catalogue_checkpoints_free (recs, nrecs);
       return -ENOMEM;
     }

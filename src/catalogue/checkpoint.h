@@ -61,6 +61,8 @@ struct snapfg_checkpoint_info {
   const char *name;
   const char *state;               /* "active", "frozen", "inconsistent" */
   const char *snapshot;            /* created with this snapshot, or NULL */
+  const char *owner;               /* who made it (create's
+                                      checkpoint_owner), or NULL */
   const char *bitmap;              /* path of the bitmap file */
   uint32_t granularity;
   int64_t created;                 /* Unix seconds */
@@ -101,6 +103,10 @@ extern void checkpoint_chain_close (struct snapfg_engine *e, bool clean);
 extern int checkpoint_prepare (struct snapfg_engine *e, const char *name,
                                const char *snapshot,
                                struct checkpoint **cpp);
+/* Who made it (control create's checkpoint_owner, e.g. snapfg-backup's
+ * HOST:DIR), recorded with it and shown by checkpoint list.
+ */
+extern int checkpoint_set_owner (struct checkpoint *cp, const char *owner);
 extern int checkpoint_commit_locked (struct snapfg_engine *e,
                                      struct checkpoint *cp);
 extern void checkpoint_finish (struct snapfg_engine *e,

@@ -388,6 +388,7 @@ control_do_create (struct control_call *call)
     .chunk_size = chunk_size,
     .cow_size = control_arg_size (req, "cow_size"),
     .checkpoint = control_arg_string (req, "checkpoint"),
+    .checkpoint_owner = control_arg_string (req, "checkpoint_owner"),
   };
   struct snapfg_snapshot *s;
   const char *problem = snapfg_check_new_snapshot_name (o.name);
@@ -490,6 +491,8 @@ checkpoint_json (void *opaque, const struct snapfg_checkpoint_info *ci)
   json_object_set_new (o, "snapshot", ci->snapshot
                        ? control_json_text (ci->snapshot) : json_null ());
   set_text (o, "bitmap", ci->bitmap);
+  json_object_set_new (o, "owner", ci->owner
+                       ? control_json_text (ci->owner) : json_null ());
   set_int (o, "dirty_bytes", ci->dirty_bytes);
   return json_array_append_new (list, o) == 0 ? 0 : -ENOMEM;
 }

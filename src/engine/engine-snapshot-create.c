@@ -370,6 +370,9 @@ snapshot_create (struct snapfg_engine *e,
     checkpoint_forget_snapshot (e, o->name);
   if (o->checkpoint) {
     r = checkpoint_prepare (e, o->checkpoint, o->name, &cp);
+    if (r == 0 && o->checkpoint_owner &&
+        (r = checkpoint_set_owner (cp, o->checkpoint_owner)) < 0)
+      checkpoint_abandon (e, cp);
     if (r < 0) {
       snapshot_discard (s);
       return r;

@@ -111,6 +111,8 @@ struct snapfg_snapshot_options {
   int64_t created;
   const char *checkpoint;          /* also start this checkpoint at the
                                       snapshot's instant (checkpoint.h) */
+  const char *checkpoint_owner;    /* who made it (snapfg-backup: its
+                                      HOST:DIR), shown by checkpoint list */
 };
 
 struct catalogue;

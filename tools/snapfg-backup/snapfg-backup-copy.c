@@ -114,47 +114,6 @@ write_done (void *opaque, int *error)
   return 1;
 }
 
-/* --- progress line --- */
-
-static bool progress_on;        /* a progress line is on the terminal */
-
-static double
-now_seconds (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void
-progress (const char *what, uint64_t done, uint64_t total, double start,
-          bool last)
-{
-  double t = now_seconds () - start;
-  double rate = t > 0 ? done / t : 0;
-
-  fprintf (stderr, "\r%s: %" PRIu64 " of %" PRIu64 " MiB (%.0f%%), %.1f MiB/s\033[K",
-           what, done >> 20, total >> 20,
-           total ? 100.0 * done / total : 100.0, rate / (1 << 20));
-  if (last) {
-    fputc ('\n', stderr);
-    progress_on = false;
-  }
-  else
-    progress_on = true;
-}
-
-/* Called by backup_error and backup_info before they print. */
-void
-copy_end_progress_line (void)
-{
-  if (progress_on) {
-    fputc ('\n', stderr);
-    progress_on = false;
-  }
-}
-
 /* --- the engine --- */
 
 struct cursor {
@@ -282,8 +241,8 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
   uint64_t piece = job->block > PIECE_SIZE ? job->block : PIECE_SIZE;
   uint64_t total = 0, done = 0;
   unsigned char zero_sum[SHA256_LEN];
-  bool show = isatty (2), stopping = false, failed = false;
-  double start = now_seconds (), last_shown = 0;
+  bool stopping = false, failed = false;
+  struct tool_progress prog;
   size_t nh = 0;
   int in_flight = 0;
 
@@ -295,6 +254,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
   for (size_t i = 0; i < job->nranges; ++i)
     total += job->ranges[i].length;
   sha256_zero (job->block, zero_sum);
+  tool_progress_start (&prog, job->what);
   memset (slots, 0, sizeof slots);
   for (int i = 0; i < COPY_SLOTS; ++i) {
     slots[i].buf = malloc (piece);
@@ -377,10 +337,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
       }
     }
 
-    if (show && (now_seconds () - last_shown >= 0.5)) {
-      progress (job->what, done, total, start, false);
-      last_shown = now_seconds ();
-    }
+    tool_progress_update (&prog, done, total);
     if (!stopping && backup_interrupted)
       FAIL ("interrupted");
     if (!stopping && job->stop_after && done >= job->stop_after)
@@ -457,8 +414,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
     }
   }
 #undef FAIL
-  if (show)
-    progress (job->what, done, total, start, true);
+  tool_progress_end (&prog, done, total);
 
   if (!failed && job->stop_after && done >= job->stop_after) {
     /* Test hook: nothing is in flight now; wait here to be killed. */

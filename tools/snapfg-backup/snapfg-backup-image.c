@@ -357,6 +357,7 @@ chain_check (int dirfd, const char *dir, json_t *manifest, json_t *run,
   while (name) {
     json_t *owner = image_owner (manifest, name);
     const char *want = owner ? json_str (owner, "backing") : NULL;
+    const char *rebase_to = owner ? json_str (owner, "rebase_to") : NULL;
     const char *why = NULL;
     char file[NAME_MAX + 16];
     struct qcow2_header q;
@@ -402,6 +403,11 @@ chain_check (int dirfd, const char *dir, json_t *manifest, json_t *run,
         why = "its size is not the run's";
       else if (q.data_file)
         why = "it has an external data file, which snapfg-backup never writes";
+      else if (want && rebase_to && strcmp (q.backing, rebase_to) == 0)
+        /* An interrupted prune rebased it already (see
+         * snapfg-backup-prune.c): the full image is under it.
+         */
+        want = rebase_to;
       else if (strcmp (q.backing, want ? want : "") != 0)
         why = want ? "its backing file is not the one the manifest records"
                    : "a full image with a backing file";

@@ -16,7 +16,8 @@
  *   1. the runs that go are marked "pruning" in the manifest (restore
  *      and verify refuse them: the commit changes F under them; reading
  *      K and later through their chains stays exact, as the commit
- *      writes under images that hide what it changes);
+ *      writes under images that hide what it changes), and the kept
+ *      images over K's get "rebase_to": F (their chain may name either);
  *   2. qemu-img commit of K's chain into F (the top images keep their
  *      data: -d);
  *   3. the kept images over K's are rebased onto F (-u: the header's
@@ -104,14 +105,14 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
   json_t *last = json_array_get (runs, json_array_size (runs) - 1);
   const char *keep1 = json_str (last, "checkpoint");
   const char *keep2 = diff_checkpoint_to_keep (runs);
-  json_t *req = json_pack ("{s:s}", "cmd", "checkpoint-list");
+  json_t *req = control_request (CONTROL_CHECKPOINT_LIST);
   json_t *reply, *v, *dropped = json_array ();
   char prefix[64], err[512];
   size_t i;
 
   snprintf (prefix, sizeof prefix, "snapfg-backup-%s-",
             json_str (manifest, "chain_id"));
-  reply = control_call (o->socket, req, err, sizeof err);
+  reply = control_call (o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("warning: listing the server's checkpoints: %s", err);
@@ -123,8 +124,9 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
     if (n == NULL || strncmp (n, prefix, strlen (prefix)) != 0 ||
         (keep1 && strcmp (n, keep1) == 0) || (keep2 && strcmp (n, keep2) == 0))
       continue;
-    req = json_pack ("{s:s, s:s}", "cmd", "checkpoint-drop", "name", n);
-    r = control_call (o->socket, req, err, sizeof err);
+    req = control_request (CONTROL_CHECKPOINT_DROP);
+    control_request_set_string (req, "name", n);
+    r = control_call (o, req, err, sizeof err);
     json_decref (req);
     if (r == NULL)
       backup_error ("warning: dropping checkpoint %s: %s", n, err);
@@ -202,9 +204,17 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
         strcmp (run_image (v), full) == 0)
       full_owner = v;
 
-  /* 1. */
+  /* 1.  The kept images over K's will be rebased onto F: a reader
+   * accepts either backing name meanwhile.
+   */
   for (i = 0; i < from; ++i)
     json_object_set_new (json_array_get (runs, i), "pruning", json_true ());
+  for (i = from + 1; depth > 1 && i < n; ++i) {
+    v = json_array_get (runs, i);
+    if (!json_is_true (json_object_get (v, "empty")) &&
+        json_str (v, "backing") && strcmp (json_str (v, "backing"), chain[0]) == 0)
+      json_object_set_new (v, "rebase_to", json_string (full));
+  }
   if (manifest_write (d.fd, dir_path, manifest, err, sizeof err) == -1) {
     backup_error ("%s", err);
     goto out;
@@ -218,8 +228,23 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
     if (!o->json)
       backup_info ("committing run %" PRIu64 "'s chain (%d images) into %s",
                    json_u64 (keep_run, "seq"), depth, full);
-    if (run_qemu_img (dir_path, &a, "commit", commit_args, opts) == -1)
-      goto out;
+    test_pause ("prune-marked");
+    if (a.key_file == NULL) {
+      if (run_qemu_img (dir_path, &a, "commit", commit_args, opts) == -1)
+        goto out;
+    }
+    else
+      /* With the keys in its options the backing images' names are
+       * json: names, which -b cannot match: commit one image at a time
+       * into the next, top down (each keeps its data, -d; what reads
+       * through them is unchanged, as above).
+       */
+      for (int j = 0; j + 1 < depth; ++j) {
+        const char *one[] = { "-d", NULL };
+        image_opts (chain[j], depth - j, &a, opts, sizeof opts);
+        if (run_qemu_img (dir_path, &a, "commit", one, opts) == -1)
+          goto out;
+      }
     if (fsync_file (d.fd, full) == -1) {
       backup_error ("%s/%s: fsync: %m", dir_path, full);
       goto out;
@@ -237,6 +262,8 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
       }
     }
   }
+
+  test_pause ("prune-rebased");
 
   /* 4. The runs that go, and the names that change. */
   for (i = 0; i < from; ++i) {
@@ -261,6 +288,7 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
         json_object_set_new (v, "image", json_string (full));
       if (b && strcmp (b, chain[0]) == 0)
         json_object_set_new (v, "backing", json_string (full));
+      json_object_del (v, "rebase_to");
     }
     for (i = 1; i + 1 < (size_t) depth; ++i)
       json_array_append_new (files, json_string (chain[i]));

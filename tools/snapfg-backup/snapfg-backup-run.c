@@ -60,7 +60,7 @@ server_request (const struct backup_options *o, json_t *req,
   json_t *reply;
   char err[512];
 
-  reply = control_call (o->socket, req, err, sizeof err);
+  reply = control_call (o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("%s %s: %s", what, name, err);
@@ -74,9 +74,10 @@ server_request (const struct backup_options *o, json_t *req,
 static int
 drop_checkpoint (const struct backup_options *o, const char *name)
 {
-  return server_request (o, json_pack ("{s:s, s:s}", "cmd", "checkpoint-drop",
-                                       "name", name),
-                          "warning: dropping checkpoint", name);
+  json_t *req = control_request (CONTROL_CHECKPOINT_DROP);
+
+  control_request_set_string (req, "name", name);
+  return server_request (o, req, "warning: dropping checkpoint", name);
 }
 
 struct run;
@@ -84,15 +85,15 @@ static int drop_snapshot (struct run *r, const char *name);
 
 /* Names of the server's snapshots or checkpoints that start with PREFIX. */
 static json_t *
-server_names (const struct backup_options *o, const char *cmd, const char *key,
-              const char *prefix)
+server_names (const struct backup_options *o, enum control_cmd cmd,
+              const char *key, const char *prefix)
 {
-  json_t *req = json_pack ("{s:s}", "cmd", cmd);
+  json_t *req = control_request (cmd);
   json_t *reply, *out = json_array (), *v;
   char err[512];
   size_t i;
 
-  reply = control_call (o->socket, req, err, sizeof err);
+  reply = control_call (o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL)
     return out;
@@ -132,6 +133,7 @@ struct run {
   unsigned char *sums;
   struct copy_job job;
   time_t started, finished;
+  double t0;                    /* tool_now () at the snapshot */
   bool snapshot_made, checkpoint_made, image_made, recorded, empty;
 };
 
@@ -278,12 +280,12 @@ run_inspect_server (struct run *r)
   char err[512];
   size_t i;
 
-  req = json_pack ("{s:s}", "cmd", "status");
-  reply = control_call (r->o->socket, req, err, sizeof err);
+  req = control_request (CONTROL_STATUS);
+  reply = control_call (r->o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("%s", err);
-    return -1;
+    return control_failure_status (r->o);
   }
   r->size = json_u64 (json_object_get (reply, "origin"), "size");
   json_array_foreach (json_object_get (reply, "snapshots"), i, v) {
@@ -302,7 +304,7 @@ run_inspect_server (struct run *r)
    * are leftovers; they are dropped once this run is recorded (keeping
    * them until then keeps "changed since" exact whatever happens).
    */
-  r->stale_ckpts = server_names (r->o, "checkpoint-list", "checkpoints",
+  r->stale_ckpts = server_names (r->o, CONTROL_CHECKPOINT_LIST, "checkpoints",
                                  r->prefix);
   return 0;
 }
@@ -364,9 +366,9 @@ run_take_snapshot (struct run *r)
   json_t *req, *reply;
   char err[512];
 
-  r->src[0] = connect_server (r->o->uri, r->kind == RUN_FULL);
+  r->src[0] = connect_server (r->o->session->data_uri, r->kind == RUN_FULL);
   if (r->src[0] == NULL)
-    return -1;
+    return EXIT_UNREACHABLE;
   r->nsrc = 1;
   if (getrandom (rnd, sizeof rnd, 0) != sizeof rnd) {
     backup_error ("getrandom: %m");
@@ -379,15 +381,18 @@ run_take_snapshot (struct run *r)
             : r->kind == RUN_INCREMENTAL ? "incr" : "diff");
   snprintf (r->partial, sizeof r->partial, "%s.partial", r->image);
   snprintf (r->sums_name, sizeof r->sums_name, "%04u.sums", r->seq);
-  req = json_pack ("{s:s, s:s, s:s}", "cmd", "create", "name", r->name,
-                   "checkpoint", r->name);
+  req = control_request (CONTROL_CREATE);
+  control_request_set_string (req, "name", r->name);
+  control_request_set_string (req, "checkpoint", r->name);
+  control_request_set_string (req, "checkpoint_owner", r->o->session->owner);
   if (r->o->cow_dir) {
     char cow_path[PATH_MAX + 128];
     snprintf (cow_path, sizeof cow_path, "%s/%s.cow", r->cow_dir, r->name);
-    json_object_set_new (req, "cow", json_string (cow_path));
+    control_request_set_string (req, "cow", cow_path);
   }
   r->started = time (NULL);
-  reply = control_call (r->o->socket, req, err, sizeof err);
+  r->t0 = tool_now ();
+  reply = control_call (r->o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("creating snapshot and checkpoint %s: %s (snapfg-backup "
@@ -408,7 +413,7 @@ run_find_ranges (struct run *r)
   char err[512];
   size_t i;
 
-  if (open_export (r->src[0], r->o->uri, r->name) == -1)
+  if (open_export (r->src[0], r->o->session->data_uri, r->name) == -1)
     return EXIT_FAILED;
   if ((uint64_t) nbd_get_size (r->src[0]) != r->size) {
     backup_error ("export %s: %" PRId64 " bytes, the origin %" PRIu64,
@@ -418,9 +423,10 @@ run_find_ranges (struct run *r)
   if (r->kind == RUN_FULL)
     return data_ranges (r->src[0], r->size, r->block, &r->ranges,
                         &r->nranges) == -1 ? EXIT_FAILED : 0;
-  req = json_pack ("{s:s, s:s, s:s}", "cmd", "changed", "since", r->since,
-                   "name", r->name);
-  reply = control_call (r->o->socket, req, err, sizeof err);
+  req = control_request (CONTROL_CHANGED);
+  control_request_set_string (req, "since", r->since);
+  control_request_set_string (req, "name", r->name);
+  reply = control_call (r->o, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("%s %s backup since checkpoint %s is impossible: %s; run "
@@ -455,7 +461,7 @@ run_copy (struct run *r)
   /* More connections when the server says they see the same data. */
   if (nbd_can_multi_conn (r->src[0]) == 1)
     while (r->nsrc < MAX_SOURCES) {
-      r->src[r->nsrc] = connect_export (r->o->uri, r->name);
+      r->src[r->nsrc] = connect_export (r->o->session->data_uri, r->name);
       if (r->src[r->nsrc] == NULL)
         break;
       r->nsrc++;
@@ -718,14 +724,18 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
     status = s;
     goto out;
   }
-  if (run_inspect_server (&r) == -1)
+  if ((s = run_inspect_server (&r)) != 0) {
+    status = s < 0 ? EXIT_FAILED : s;
     goto out;
+  }
   if ((s = run_start_sums (&r)) != 0) {
     status = s;
     goto out;
   }
-  if (run_take_snapshot (&r) == -1)
+  if ((s = run_take_snapshot (&r)) != 0) {
+    status = s < 0 ? EXIT_FAILED : s;
     goto out;
+  }
   if ((s = run_find_ranges (&r)) != 0) {
     status = s;
     goto out;
@@ -736,14 +746,8 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
     goto out;
   status = EXIT_OK;
   run_drop_old_checkpoints (&r);
-  if (r.empty)
-    backup_info ("run %u: nothing changed since run %" PRIu64 ": recorded "
-                 "an empty %s run (no image)", r.seq,
-                 json_u64 (r.base, "seq"), kind_name (r.kind));
-  else
-    backup_info ("run %u: %s backup %s/%s, %" PRIu64 " bytes copied, %"
-                 PRIu64 " zeroed", r.seq, kind_name (r.kind), dir_path,
-                 r.image, r.job.bytes_written, r.job.bytes_zeroed);
+  backup_report_run (json_array_get (r.runs, json_array_size (r.runs) - 1),
+                     dir_path, tool_now () - r.t0);
  out:
   run_cleanup (&r, status == EXIT_OK);
   return status;
@@ -753,9 +757,10 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
 static int
 drop_snapshot (struct run *r, const char *name)
 {
-  if (server_request (r->o, json_pack ("{s:s, s:s}", "cmd", "drop",
-                                       "name", name),
-                      "dropping snapshot", name) == -1)
+  json_t *req = control_request (CONTROL_DROP);
+
+  control_request_set_string (req, "name", name);
+  if (server_request (r->o, req, "dropping snapshot", name) == -1)
     return -1;
   if (r->o->cow_dir) {
     char path[PATH_MAX + 128];

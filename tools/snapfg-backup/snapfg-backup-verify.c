@@ -81,10 +81,13 @@ verify_disk (struct nbd_handle *h, json_t *run, const unsigned char *expected,
   return r;
 }
 
-/* Until the tools share one: the document, indented, and a newline. */
+/* The document, indented, and a newline (main then prints no other:
+ * tool_out.result_printed).
+ */
 void
 print_json (json_t *doc)
 {
+  tool_out.result_printed = true;
   json_dumpf (doc, stdout, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
   fputc ('\n', stdout);
   fflush (stdout);

@@ -28,14 +28,15 @@
  * run removes it (files, snapshots and checkpoints carrying this
  * directory's chain id).
  *
- * This file holds the command line, the messages and the running of
- * qemu-img; the commands themselves are in snapfg-backup-run.c (backup)
- * and snapfg-backup-restore.c (restore); snapfg-backup.h lists the rest.
+ * This file holds only the command line (main); the commands are in
+ * snapfg-backup-run.c (backup), snapfg-backup-restore.c (restore),
+ * snapfg-backup-verify.c (verify, list) and snapfg-backup-prune.c
+ * (prune), which never call back into this file; snapfg-backup.h lists
+ * the rest.
  */
 
 #include <config.h>
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,51 +46,18 @@
 #include <limits.h>
 #include <unistd.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 
 #include "snapfg-backup.h"
 
 /* Each command's synopsis: in --help and in its usage error. */
 #define BACKUP_SYNOPSIS "snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full | --diff] [--compress[=zstd|zlib]] [--encrypt] [--key-file F]"
+#define REMOTE_SYNOPSIS "snapfg-backup -H [USER@]HOST[:PORT] -S CONTROL -u NBD_URI backup DIR [...]"
 #define RESTORE_SYNOPSIS "snapfg-backup restore DIR OUT|- [--at N] [-O raw|qcow2] [--key-file F] [--no-verify]"
 #define VERIFY_SYNOPSIS "snapfg-backup verify DIR [--at N | --all] [--key-file F] [--json]"
 #define LIST_SYNOPSIS "snapfg-backup list DIR [--json]"
 #define PRUNE_SYNOPSIS "snapfg-backup [-S CONTROL] prune DIR --keep-last N [--key-file F] [--json]"
 
 volatile sig_atomic_t backup_interrupted;
-
-/* Errors and information look the same (both on stderr, so that
- * stdout stays free); two names keep the callers' intent readable.
- */
-static void
-backup_vmessage (const char *fmt, va_list ap)
-{
-  copy_end_progress_line ();
-  fputs ("snapfg-backup: ", stderr);
-  vfprintf (stderr, fmt, ap);
-  fputc ('\n', stderr);
-}
-
-void
-backup_error (const char *fmt, ...)
-{
-  va_list ap;
-
-  va_start (ap, fmt);
-  backup_vmessage (fmt, ap);
-  va_end (ap);
-}
-
-void
-backup_info (const char *fmt, ...)
-{
-  va_list ap;
-
-  va_start (ap, fmt);
-  backup_vmessage (fmt, ap);
-  va_end (ap);
-}
 
 static void
 on_signal (int sig)
@@ -102,6 +70,7 @@ usage (FILE *fp)
 {
   fprintf (fp,
            "usage: " BACKUP_SYNOPSIS "\n"
+           "       " REMOTE_SYNOPSIS "\n"
            "       " RESTORE_SYNOPSIS "\n"
            "       " VERIFY_SYNOPSIS "\n"
            "       " LIST_SYNOPSIS "\n"
@@ -121,6 +90,11 @@ usage (FILE *fp)
            "  -S, --socket=CONTROL   the server's control socket (control=)\n"
            "  -u, --uri=NBD_URI      the server, e.g. nbd+unix:///?socket=S,\n"
            "                         nbd://host:port/, nbds://host/?tls-psk-file=F\n"
+           "  -H, --host=[USER@]HOST[:PORT]  run from a backup host: the control\n"
+           "                         requests and the data over one ssh connection\n"
+           "                         (-S and -u as HOST sees them)\n"
+           "  --ssh-option=OPT       give ssh -o OPT (repeatable)\n"
+           "  --remote-snapfgctl=PATH  snapfgctl on HOST (default: snapfgctl)\n"
            "  --full                 a full backup even if DIR has a chain\n"
            "  --diff                 a differential: all changes since the last full\n"
            "  --compress[=zstd|zlib] write compressed qcow2 clusters (default zstd)\n"
@@ -129,7 +103,9 @@ usage (FILE *fp)
            "  --no-verify            restore even when the run cannot be verified\n"
            "  --all                  verify every run\n"
            "  --keep-last=N          prune: the number of runs to keep\n"
-           "  --json                 verify, list, prune: one JSON document\n"
+           "  --json                 one JSON document on stdout (every command)\n"
+           "  --progress=auto|always|never  progress (auto: on a terminal)\n"
+           "  --timeout=SECONDS      wait this long for each control reply\n"
            "  --cow-dir=DIR          the snapshot's COW store goes here, not in\n"
            "                         the server's state directory\n"
            "  --at=N                 restore run N (see DIR/manifest.json)\n"
@@ -137,65 +113,9 @@ usage (FILE *fp)
            "  -h, --help, -V, --version\n"
            "\n"
            "Exit status: 0 done, 1 failed, 2 usage error, 3 an incremental\n"
-           "is impossible (run with --full).\n");
-}
-
-/* --- running qemu-img --- */
-
-int
-run_command (const char *dir, char *const argv[])
-{
-  pid_t pid, parent = getpid ();
-  int st;
-  bool stopped = false;
-
-  fflush (stderr);
-  pid = fork ();
-  if (pid == -1) {
-    backup_error ("fork: %m");
-    return -1;
-  }
-  if (pid == 0) {
-    int fd;
-    /* Its own process group, so that a terminal's ^C reaches the tool,
-     * which stops it (below); and killed if the tool dies first.
-     */
-    setpgid (0, 0);
-    prctl (PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid () != parent)
-      _exit (127);
-    fd = open ("/dev/null", O_WRONLY);
-    if (fd >= 0) {
-      dup2 (fd, 1);
-      close (fd);
-    }
-    if (dir && chdir (dir) == -1) {
-      fprintf (stderr, "snapfg-backup: %s: %m\n", dir);
-      _exit (127);
-    }
-    execvp (argv[0], argv);
-    fprintf (stderr, "snapfg-backup: cannot run %s: %m (install qemu-utils)\n",
-             argv[0]);
-    _exit (127);
-  }
-  while (waitpid (pid, &st, 0) == -1) {
-    if (errno != EINTR) {
-      backup_error ("waitpid: %m");
-      kill (-pid, SIGKILL);
-      return -1;
-    }
-    if (backup_interrupted && !stopped) {
-      kill (-pid, SIGTERM);
-      stopped = true;
-    }
-  }
-  if (!WIFEXITED (st) || WEXITSTATUS (st) != 0) {
-    backup_error ("%s failed (%s %d)", argv[0],
-                  WIFEXITED (st) ? "exit status" : "signal",
-                  WIFEXITED (st) ? WEXITSTATUS (st) : WTERMSIG (st));
-    return -1;
-  }
-  return 0;
+           "is impossible (run with --full), 4 the server cannot be reached,\n"
+           "5 the server did not reply in time (--timeout, default %d s).\n",
+           TOOL_DEFAULT_TIMEOUT);
 }
 
 /* A command given the wrong number of operands, or an option that is
@@ -214,7 +134,8 @@ main (int argc, char *argv[])
 {
   enum { OPT_FULL = 256, OPT_AT, OPT_COW_DIR, OPT_NO_VERIFY, OPT_DIFF,
          OPT_COMPRESS, OPT_ENCRYPT, OPT_KEY_FILE, OPT_ALL, OPT_KEEP_LAST,
-         OPT_JSON };
+         OPT_JSON, OPT_SSH_OPTION, OPT_REMOTE_SNAPFGCTL, OPT_PROGRESS,
+         OPT_TIMEOUT };
   static const struct option long_options[] = {
     { "socket", required_argument, NULL, 'S' },
     { "uri", required_argument, NULL, 'u' },
@@ -230,16 +151,29 @@ main (int argc, char *argv[])
     { "all", no_argument, NULL, OPT_ALL },
     { "keep-last", required_argument, NULL, OPT_KEEP_LAST },
     { "json", no_argument, NULL, OPT_JSON },
+    { "host", required_argument, NULL, 'H' },
+    { "ssh-option", required_argument, NULL, OPT_SSH_OPTION },
+    { "remote-snapfgctl", required_argument, NULL, OPT_REMOTE_SNAPFGCTL },
+    { "progress", required_argument, NULL, OPT_PROGRESS },
+    { "timeout", required_argument, NULL, OPT_TIMEOUT },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
   };
-  struct backup_options o = { .at = -1, .format = NULL, .keep_last = -1 };
+  struct backup_options o = { .at = -1, .format = NULL, .keep_last = -1,
+                              .remote_snapfgctl = "snapfgctl",
+                              .timeout = TOOL_DEFAULT_TIMEOUT };
   struct sigaction sa = { .sa_handler = on_signal };
   const char *cmd;
-  int c;
+  int c, status;
 
-  while ((c = getopt_long (argc, argv, "S:u:O:hV", long_options, NULL))
+  tool_out.prog = "snapfg-backup";
+  o.ssh_options = calloc (argc + 1, sizeof *o.ssh_options);
+  if (o.ssh_options == NULL) {
+    perror ("snapfg-backup");
+    return EXIT_FAILED;
+  }
+  while ((c = getopt_long (argc, argv, "S:u:O:H:hV", long_options, NULL))
          != -1) {
     switch (c) {
     case 'S': o.socket = optarg; break;
@@ -252,7 +186,30 @@ main (int argc, char *argv[])
     case OPT_ENCRYPT: o.encrypt = true; break;
     case OPT_KEY_FILE: o.key_file = optarg; break;
     case OPT_ALL: o.all = true; break;
-    case OPT_JSON: o.json = true; break;
+    case OPT_JSON: o.json = tool_out.json = true; break;
+    case 'H': o.host = optarg; break;
+    case OPT_SSH_OPTION: o.ssh_options[o.nssh_options++] = optarg; break;
+    case OPT_REMOTE_SNAPFGCTL: o.remote_snapfgctl = optarg; break;
+    case OPT_PROGRESS:
+      if (tool_parse_progress (optarg, &tool_out.progress) == -1) {
+        fprintf (stderr, "snapfg-backup: --progress=%s: auto, always or "
+                 "never\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case OPT_TIMEOUT: {
+      char *end;
+      long v;
+      errno = 0;
+      v = strtol (optarg, &end, 10);
+      if (errno || end == optarg || *end || v < 1 || v > 86400) {
+        fprintf (stderr, "snapfg-backup: --timeout: not a number of seconds "
+                 "(1 to 86400): %s\n", optarg);
+        return EXIT_USAGE;
+      }
+      o.timeout = v;
+      break;
+    }
     case OPT_COMPRESS:
       o.compress = optarg ? optarg : "zstd";
       if (strcmp (o.compress, "zstd") != 0 && strcmp (o.compress, "zlib") != 0) {
@@ -309,7 +266,29 @@ main (int argc, char *argv[])
                "socket with -S CONTROL and its NBD URI with -u NBD_URI\n");
       return EXIT_USAGE;
     }
-    return cmd_backup (&o, argv[optind]);
+    if (o.host && o.cow_dir) {
+      /* Its stores are files of the server's machine: this one cannot
+       * remove them after a run.
+       */
+      fprintf (stderr, "snapfg-backup: --cow-dir is for a backup on the "
+               "server's machine, not with -H\n");
+      return EXIT_USAGE;
+    }
+    status = session_open (&o, argv[optind]);
+    if (status == EXIT_OK)
+      status = cmd_backup (&o, argv[optind]);
+    session_close (&o);
+    goto out;
+  }
+  if (o.host && strcmp (cmd, "prune") != 0) {
+    fprintf (stderr, "snapfg-backup: %s: -H is for backup and prune\n", cmd);
+    return EXIT_USAGE;
+  }
+  if (o.host == NULL && (o.nssh_options ||
+                         strcmp (o.remote_snapfgctl, "snapfgctl") != 0)) {
+    fprintf (stderr, "snapfg-backup: --ssh-option and --remote-snapfgctl "
+             "need -H HOST\n");
+    return EXIT_USAGE;
   }
   if (strcmp (cmd, "restore") == 0) {
     if (wrong_usage (argc - optind != 2 || o.full || o.cow_dir || o.diff ||
@@ -323,7 +302,8 @@ main (int argc, char *argv[])
                "qcow2\n", o.format);
       return EXIT_USAGE;
     }
-    return cmd_restore (&o, argv[optind], argv[optind + 1]);
+    status = cmd_restore (&o, argv[optind], argv[optind + 1]);
+    goto out;
   }
   if (strcmp (cmd, "verify") == 0 || strcmp (cmd, "list") == 0 ||
       strcmp (cmd, "prune") == 0) {
@@ -337,11 +317,31 @@ main (int argc, char *argv[])
                      verify ? VERIFY_SYNOPSIS : list ? LIST_SYNOPSIS
                      : PRUNE_SYNOPSIS))
       return EXIT_USAGE;
-    return verify ? cmd_verify (&o, argv[optind])
+    if (!verify && !list && o.socket) {
+      /* prune drops the server's checkpoints through a session too
+       * (with -H, over ssh).
+       */
+      status = session_open (&o, argv[optind]);
+      if (status == EXIT_OK)
+        status = cmd_prune (&o, argv[optind]);
+      session_close (&o);
+      goto out;
+    }
+    status = verify ? cmd_verify (&o, argv[optind])
          : list ? cmd_list (&o, argv[optind]) : cmd_prune (&o, argv[optind]);
+    goto out;
   }
   fprintf (stderr, "snapfg-backup: unknown command '%s' (backup, restore, "
            "verify, list or prune; "
            "see snapfg-backup --help)\n", cmd);
   return EXIT_USAGE;
+
+ out:
+  /* With --json, stdout always has one object: the command's own, or
+   * this one.
+   */
+  if (tool_out.json && !tool_out.result_printed)
+    tool_json_result (json_pack ("{s:s}", "command", cmd), status);
+  free (o.ssh_options);
+  return status;
 }

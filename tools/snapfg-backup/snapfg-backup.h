@@ -3,12 +3,18 @@
 /* snapfg-backup: full and incremental backups of a snapfg origin into a
  * chain of qcow2 images.  Declarations shared by its source files:
  *
- *   snapfg-backup.c           command line, messages, running qemu-img
+ *   snapfg-backup.c           the command line (main)
+ *   snapfg-backup-util.c      running qemu-img; the line that ends a run
+ *   snapfg-backup-session.c   the session with the server: the control
+ *                             connection, local or over SSH (-H), and
+ *                             the NBD URI the data comes through
  *   snapfg-backup-run.c       the backup command (one run)
  *   snapfg-backup-restore.c   the restore command
  *   snapfg-backup-dir.c       the backup directory: lock, names, leftovers
  *   snapfg-backup-nbd.c       NBD connections (server, qemu-nbd), extents
- *   snapfg-backup-control.c   the control socket client (JSON lines)
+ *   snapfg-backup-control.c   control requests through the session (the
+ *                             control client shared with snapfgctl,
+ *                             tools/common/control-client.c)
  *   snapfg-backup-copy.c      the libnbd copy engine (many requests in
  *                             flight over several connections)
  *   snapfg-backup-manifest.c  DIR/manifest.json and the block sums files
@@ -31,12 +37,20 @@
 
 #define SHA256_LEN 32
 
-/* Exit statuses (documented in snapfg-backup(1)). */
+#include "control-client.h"
+#include "tool-exit.h"
+#include "tool-output.h"
+
+/* Exit statuses: the table both tools share (tool-exit.h, documented in
+ * snapfg-backup(1) and snapfgctl(1)).
+ */
 enum {
-  EXIT_OK = 0,
-  EXIT_FAILED = 1,
-  EXIT_USAGE = 2,
-  EXIT_NEED_FULL = 3,           /* an incremental is impossible: --full */
+  EXIT_OK = TOOL_EXIT_OK,
+  EXIT_FAILED = TOOL_EXIT_FAILED,
+  EXIT_USAGE = TOOL_EXIT_USAGE,
+  EXIT_NEED_FULL = TOOL_EXIT_NEED_FULL, /* an incremental is impossible */
+  EXIT_UNREACHABLE = TOOL_EXIT_UNREACHABLE,
+  EXIT_TIMEOUT = TOOL_EXIT_TIMEOUT,
 };
 
 /* Set by SIGINT/SIGTERM: the copy stops, waits for its requests in
@@ -44,16 +58,21 @@ enum {
  */
 extern volatile sig_atomic_t backup_interrupted;
 
-/* Print "snapfg-backup: MESSAGE" on stderr (ends any progress line). */
-extern void backup_error (const char *fmt, ...)
-  __attribute__ ((format (printf, 1, 2)));
-extern void backup_info (const char *fmt, ...)
-  __attribute__ ((format (printf, 1, 2)));
+/* Print "snapfg-backup: MESSAGE" on stderr (ends any progress line;
+ * an error is also the "error" of the --json result).
+ */
+#define backup_error tool_error
+#define backup_info tool_info
 
 /* The command line's options, as main checked them. */
 struct backup_options {
-  const char *socket;
-  const char *uri;
+  const char *socket;           /* the control socket (on HOST with -H) */
+  const char *uri;              /* the NBD URI as the server sees it */
+  const char *host;             /* -H [USER@]HOST[:PORT], or NULL */
+  char **ssh_options;           /* --ssh-option, each given to ssh -o */
+  size_t nssh_options;
+  const char *remote_snapfgctl; /* snapfgctl on HOST (default: snapfgctl) */
+  int timeout;                  /* --timeout: seconds for each reply */
   const char *cow_dir;          /* absolute, or NULL */
   bool full;
   long at;                      /* -1: the latest run */
@@ -66,6 +85,11 @@ struct backup_options {
   bool all;                     /* verify: --all */
   long keep_last;               /* prune: --keep-last N (-1: not given) */
   bool json;                    /* --json: one JSON document on stdout */
+
+  /* The session with the server (snapfg-backup-session.c), open while a
+   * command that talks to it runs.
+   */
+  struct backup_session *session;
 };
 
 /* The two commands; each returns an exit status. */
@@ -83,6 +107,12 @@ extern void print_json (json_t *doc);
  * 0, or -1 after a message.
  */
 extern int run_command (const char *dir, char *const argv[]);
+
+/* The line that ends a run (what it copied, how long it took, the rate)
+ * and with --json its object on stdout.
+ */
+extern void backup_report_run (json_t *run, const char *dir_path,
+                               double seconds);
 
 /* A reply's member KEY as a number (0 when absent or not positive) or
  * as a string (NULL when absent or not a string).
@@ -134,14 +164,34 @@ extern int check_new_dir (struct backup_dir *d);
  */
 extern int clean_leftovers (struct backup_dir *d, json_t *last);
 
-/* --- control socket client --- */
+/* --- the session with the server (snapfg-backup-session.c) --- */
 
-/* Send REQ (not consumed) to the control socket and read the reply.
+struct backup_session {
+  struct control_client ctl;
+  char *data_uri;               /* the NBD URI to connect to from here */
+  char *tmpdir;                 /* -H: the forwarded socket's directory */
+  char *owner;                  /* "HOST:DIR", the checkpoints' owner */
+};
+
+/* Open the control connection (the socket, or ssh HOST snapfgctl
+ * --stdio with the NBD socket forwarded) and check that the server
+ * answers.  Returns 0, or the exit status after a message.
+ */
+extern int session_open (struct backup_options *o, const char *dir_path);
+extern void session_close (struct backup_options *o);
+
+/* --- control requests (snapfg-backup-control.c) --- */
+
+/* Send REQ (not consumed) through the session and read the reply.
  * Returns the reply when it says "ok": true; otherwise NULL with the
  * server's message (or what went wrong talking to it) in err.
  */
-extern json_t *control_call (const char *socket_path, json_t *req,
+extern json_t *control_call (const struct backup_options *o, json_t *req,
                              char *err, size_t err_len);
+/* The exit status for the last control_call that failed: unreachable,
+ * timed out, or refused (EXIT_FAILED).
+ */
+extern int control_failure_status (const struct backup_options *o);
 
 /* --- NBD connections --- */
 
@@ -184,16 +234,13 @@ struct copy_job {
   bool write_zeroes;            /* all-zero blocks: write zeroes (an
                                    overlay) rather than skip (a new image) */
   const char *what;             /* for the progress line and errors */
+  unsigned slots;               /* requests in flight (0: the default) */
+  uint64_t piece;               /* bytes per request (0: the default) */
   uint64_t stop_after;          /* test hook: stop after this many bytes */
 
   /* Results. */
   uint64_t bytes_read, bytes_written, bytes_zeroed;
 };
-
-/* Ends the copy's progress line, if one is showing (backup_error and
- * backup_info call it before they print).
- */
-extern void copy_end_progress_line (void);
 
 /* Copy (or with dst NULL, only read and checksum) every range.  Waits
  * for every request in flight before returning, even on failure.

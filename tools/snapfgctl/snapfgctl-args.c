@@ -76,7 +76,9 @@ parse_size (const char *what, const char *str, uint64_t *out)
   return -1;
 }
 
-#define OPT_VERSION 256
+#define OPT_TIMEOUT 257
+#define OPT_STDIO 258
+#define OPT_DROP_ON_HANGUP 259
 #define OPT_TABLE 512           /* + index into the option_value list */
 
 int
@@ -86,7 +88,10 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
     { "socket", required_argument, NULL, 'S' },
     { "json", no_argument, NULL, 'j' },
     { "help", no_argument, NULL, 'h' },
-    { "version", no_argument, NULL, OPT_VERSION },
+    { "version", no_argument, NULL, 'V' },
+    { "timeout", required_argument, NULL, OPT_TIMEOUT },
+    { "stdio", no_argument, NULL, OPT_STDIO },
+    { "drop-on-hangup", no_argument, NULL, OPT_DROP_ON_HANGUP },
     { "exceptions", no_argument, NULL, 'e' },
   };
   const size_t nglobal = sizeof global / sizeof global[0];
@@ -125,14 +130,29 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
    * POSIXLY_CORRECT says, so options may be anywhere on the line.
    */
   opterr = 1;
-  while ((c = getopt_long (argc, argv, "-S:jhe", longopts, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, "-S:jheV", longopts, NULL)) != -1) {
     switch (c) {
     case 1: cl->words[cl->nwords++] = optarg; break;
     case 'S': cl->socket_path = optarg; break;
     case 'j': cl->json_output = true; break;
     case 'h': cl->help = true; break;
     case 'e': cl->exceptions = true; break;
-    case OPT_VERSION: cl->version = true; break;
+    case 'V': cl->version = true; break;
+    case OPT_STDIO: cl->stdio = true; break;
+    case OPT_DROP_ON_HANGUP: cl->drop_on_hangup = true; break;
+    case OPT_TIMEOUT: {
+      char *end;
+      long v;
+      errno = 0;
+      v = strtol (optarg, &end, 10);
+      if (errno || end == optarg || *end || v < 0 || v > 86400) {
+        fprintf (stderr, "snapfgctl: --timeout: not a number of seconds "
+                 "(0 for none, at most 86400): %s\n", optarg);
+        return -1;
+      }
+      cl->timeout = v;
+      break;
+    }
     default:
       if (c >= OPT_TABLE && c < OPT_TABLE + (int) cl->nopts) {
         struct option_value *o = &cl->opts[c - OPT_TABLE];

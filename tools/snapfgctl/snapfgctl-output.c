@@ -15,6 +15,7 @@
 
 #include "control-commands.h"
 #include "snapfgctl.h"
+#include "tool-output.h"
 
 uint64_t
 get_u64 (json_t *obj, const char *key)
@@ -84,14 +85,21 @@ print_human (const struct control_command *c, const struct cmdline *cl,
   case CONTROL_CHECKPOINT_LIST:
     json_array_foreach (json_object_get (r, "checkpoints"), i, x) {
       json_t *snap = json_object_get (x, "snapshot");
+      json_t *owner = json_object_get (x, "owner");
+      char when[32];
 
+      /* The time as people and scripts read it elsewhere (ISO 8601,
+       * UTC); --json keeps the server's Unix seconds.
+       */
+      tool_iso_time ((time_t) get_u64 (x, "created"), when);
       printf ("%s\t%s\tseq %" PRIu64 "\tgranularity %" PRIu64 "\t%" PRIu64
-              " bytes dirty\tcreated %" PRIu64 "%s%s\n", get_str (x, "name"),
+              " bytes dirty\tcreated %s%s%s%s%s\n", get_str (x, "name"),
               get_str (x, "state"), get_u64 (x, "seq"),
               get_u64 (x, "granularity"), get_u64 (x, "dirty_bytes"),
-              get_u64 (x, "created"), json_is_string (snap)
-              ? "\tsnapshot " : "", json_is_string (snap)
-              ? json_string_value (snap) : "");
+              when, json_is_string (snap) ? "\tsnapshot " : "",
+              json_is_string (snap) ? json_string_value (snap) : "",
+              json_is_string (owner) ? "\tby " : "",
+              json_is_string (owner) ? json_string_value (owner) : "");
     }
     break;
   case CONTROL_CHECKPOINT_CREATE:

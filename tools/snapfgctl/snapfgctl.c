@@ -19,11 +19,13 @@
 #include <inttypes.h>
 #include <unistd.h>
 #include <time.h>
+#include <signal.h>
 
 #include <jansson.h>
 
 #include "control-commands.h"
 #include "snapfgctl.h"
+#include "tool-output.h"
 
 /* The rest of snapfgctl: see snapfgctl.h for which file holds what. */
 
@@ -31,20 +33,26 @@
  * progress line on a terminal.
  */
 static int
-wait_for_merge (struct conn *cn, const char *name, bool quiet)
+wait_for_merge (struct control_client *cn, const char *name, bool quiet)
 {
   bool tty = !quiet && isatty (STDERR_FILENO);
-  json_t *req = json_pack ("{ssss}", "cmd", "status", "name", name);
+  json_t *req = control_request (CONTROL_STATUS);
   int status = EXIT_UNREACHABLE;
 
   if (req == NULL)
     return EXIT_REFUSED;
+  control_request_set_string (req, "name", name);
   for (;;) {
-    json_t *reply = conn_call (cn, req, NULL), *sn;
+    json_t *reply = control_client_call (cn, req, NULL), *sn;
     const char *state;
 
-    if (reply == NULL)
+    if (reply == NULL) {
+      if (tty)
+        fprintf (stderr, "\n");
+      fprintf (stderr, "snapfgctl: merge --wait: %s\n", cn->error);
+      status = control_client_exit_status (cn);
       break;
+    }
     sn = json_array_get (json_object_get (reply, "snapshots"), 0);
     state = get_str (sn, "state");
     /* Gone from the list (status refuses the name), or the merge ended
@@ -89,7 +97,7 @@ run_command (const struct cmdline *cl, const struct control_command *c)
   json_t *req, *reply, *status_reply = NULL;
   bool prometheus = c->cmd == CONTROL_STATS &&
     option_value (cl, "prometheus") != NULL;
-  struct conn cn;
+  struct control_client cn;
   char *line = NULL;
   int st;
 
@@ -108,37 +116,46 @@ run_command (const struct cmdline *cl, const struct control_command *c)
     json_decref (req);
     return EXIT_USAGE;
   }
-  if (conn_open (&cn, cl->socket_path) < 0) {
+  if (control_client_connect (&cn, cl->socket_path, cl->timeout) < 0) {
+    tool_error ("%s", cn.error);
     json_decref (req);
+    control_client_close (&cn);
     return EXIT_UNREACHABLE;
   }
-  reply = conn_call (&cn, req, &line);
+  reply = control_client_call (&cn, req, &line);
   if (reply == NULL) {
+    tool_error ("%s", cn.error);
+    st = control_client_exit_status (&cn);
     json_decref (req);
-    conn_close (&cn);
-    return EXIT_UNREACHABLE;
+    control_client_close (&cn);
+    return st;
   }
   if (!json_is_true (json_object_get (reply, "ok"))) {
-    if (cl->json_output)
-      fputs (line, stdout);
-    fprintf (stderr, "snapfgctl: %s\n", reply_error (reply));
+    if (cl->json_output) {
+      puts (line);
+      tool_out.result_printed = true;
+    }
+    fprintf (stderr, "snapfgctl: %s\n", control_reply_error (reply));
     st = EXIT_REFUSED;
     goto out;
   }
   st = EXIT_OK;
   if (prometheus) {
     /* The COW usage and states come from status, on the same connection. */
-    json_t *sreq = json_pack ("{ss}", "cmd", "status");
-    status_reply = sreq ? conn_call (&cn, sreq, NULL) : NULL;
+    json_t *sreq = control_request (CONTROL_STATUS);
+    status_reply = sreq ? control_client_call (&cn, sreq, NULL) : NULL;
     json_decref (sreq);
     if (status_reply == NULL) {
-      st = EXIT_UNREACHABLE;
+      tool_error ("%s", cn.error);
+      st = control_client_exit_status (&cn);
       goto out;
     }
     snapfgctl_print_prometheus (reply, status_reply);
   }
-  else if (cl->json_output)
-    fputs (line, stdout);
+  else if (cl->json_output) {
+    puts (line);
+    tool_out.result_printed = true;
+  }
   else
     print_human (c, cl, req, reply);
   if (c->cmd == CONTROL_MERGE && option_value (cl, "wait")) {
@@ -155,7 +172,7 @@ run_command (const struct cmdline *cl, const struct control_command *c)
   json_decref (reply);
   json_decref (req);
   free (line);
-  conn_close (&cn);
+  control_client_close (&cn);
   return st;
 }
 
@@ -168,8 +185,25 @@ dispatch (struct cmdline cl)
   size_t used;
 
   if (cl.version) {
-    printf ("snapfgctl %s\n", PACKAGE_VERSION);
+    if (cl.json_output)
+      tool_json_result (json_pack ("{s:s, s:s}", "command", "version",
+                                   "version", PACKAGE_VERSION), 0);
+    else
+      printf ("snapfgctl %s\n", PACKAGE_VERSION);
     return EXIT_OK;
+  }
+  if (cl.stdio) {
+    if (cl.nwords || cl.socket_path == NULL) {
+      fprintf (stderr, "snapfgctl: usage: snapfgctl --stdio "
+               "[--drop-on-hangup] [--timeout SECONDS] -S SOCKET (no "
+               "command: the requests come on standard input)\n");
+      return EXIT_USAGE;
+    }
+    return snapfgctl_stdio (cl.socket_path, cl.timeout, cl.drop_on_hangup);
+  }
+  if (cl.drop_on_hangup) {
+    fprintf (stderr, "snapfgctl: --drop-on-hangup is an option of --stdio\n");
+    return EXIT_USAGE;
   }
   if (cl.nwords == 0) {
     usage (cl.help ? stdout : stderr);
@@ -209,6 +243,8 @@ dispatch (struct cmdline cl)
       inspect_help (stderr);
       return EXIT_USAGE;
     }
+    /* Its --json output is its own, whatever the result. */
+    tool_out.result_printed = true;
     return snapfgctl_inspect (cl.words[1], cl.exceptions, cl.json_output);
   }
   c = find_command (cl.words, cl.nwords, &used);
@@ -230,15 +266,27 @@ dispatch (struct cmdline cl)
 int
 main (int argc, char *argv[])
 {
-  struct cmdline cl = { .socket_path = NULL };
+  struct cmdline cl = { .socket_path = NULL,
+                        .timeout = TOOL_DEFAULT_TIMEOUT };
   int st;
+
+  tool_out.prog = "snapfgctl";
+  signal (SIGPIPE, SIG_IGN);
 
   if (parse_cmdline (argc, argv, &cl) < 0) {
     fprintf (stderr, "Try 'snapfgctl help'.\n");
     st = EXIT_USAGE;
   }
-  else
+  else {
+    tool_out.json = cl.json_output;
     st = dispatch (cl);         /* a copy: it may move cl.words */
+  }
+  /* With --json, stdout holds a JSON object whatever happened: a
+   * failure before any reply is said there too.
+   */
+  if (cl.json_output && st != EXIT_OK && st != EXIT_USAGE &&
+      !tool_out.result_printed)
+    tool_json_result (NULL, st);
   free (cl.words);
   free (cl.opts);
   return st;

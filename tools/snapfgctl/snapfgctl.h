@@ -5,7 +5,9 @@
  *   snapfgctl.c             main: which command, running it, merge --wait
  *   snapfgctl-args.c        the command line and the request it makes
  *   snapfgctl-usage.c       usage and --help texts, from the table
- *   snapfgctl-conn.c        talking to the server (JSON lines)
+ *   snapfgctl-stdio.c       --stdio: the control socket on stdin/stdout
+ *   (the connection itself: tools/common/control-client.c, shared with
+ *   snapfg-backup)
  *   snapfgctl-output.c      the human form of the replies
  *   snapfgctl-inspect.c     inspect: reading a COW store on disk
  *   snapfgctl-prometheus.c  stats --prometheus
@@ -23,11 +25,17 @@
 
 struct control_command;
 
-/* Exit statuses (documented in snapfgctl(1)). */
-#define EXIT_OK          0
-#define EXIT_REFUSED     1      /* the server refused; inspect: bad store */
-#define EXIT_USAGE       2
-#define EXIT_UNREACHABLE 3      /* no connection or no reply */
+#include "control-client.h"
+#include "tool-exit.h"
+
+/* Exit statuses: the table both tools share (tool-exit.h, documented
+ * in snapfgctl(1) and snapfg-backup(1)).
+ */
+#define EXIT_OK          TOOL_EXIT_OK
+#define EXIT_REFUSED     TOOL_EXIT_FAILED  /* refused; inspect: bad store */
+#define EXIT_USAGE       TOOL_EXIT_USAGE
+#define EXIT_UNREACHABLE TOOL_EXIT_UNREACHABLE  /* no connection */
+#define EXIT_TIMEOUT     TOOL_EXIT_TIMEOUT      /* no reply in time */
 
 /* --- usage (snapfgctl-usage.c) --- */
 
@@ -60,6 +68,8 @@ struct option_value {
 struct cmdline {
   const char *socket_path;
   bool json_output, help, version, exceptions;
+  bool stdio, drop_on_hangup;   /* --stdio [--drop-on-hangup] */
+  int timeout;                  /* --timeout: seconds for each reply */
   struct option_value *opts;
   size_t nopts;
   char **words;                 /* the command and its positional args */
@@ -76,25 +86,11 @@ extern const char *option_value (const struct cmdline *cl, const char *name);
 extern json_t *build_request (const struct cmdline *cl,
                               const struct control_command *c);
 
-/* --- talking to the server (snapfgctl-conn.c) --- */
-
-
-struct conn {
-  const char *path;
-  int fd;
-  char_vector buf;              /* received, not yet returned */
-};
-
-/* 0, or -1 after a message. */
-extern int conn_open (struct conn *cn, const char *path);
-extern void conn_close (struct conn *cn);
-/* Send one request, read its reply.  Returns the parsed reply (and the
- * line in *line if wanted, malloc'd), or NULL if the server could not be
- * talked to (said).
+/* --stdio (snapfgctl-stdio.c): bridge stdin and stdout to the socket
+ * until stdin ends; an exit status.
  */
-extern json_t *conn_call (struct conn *cn, json_t *req, char **line);
-/* A refusal's message. */
-extern const char *reply_error (json_t *reply);
+extern int snapfgctl_stdio (const char *socket_path, int timeout,
+                            bool drop_on_hangup);
 
 /* --- output (snapfgctl-output.c) --- */
 

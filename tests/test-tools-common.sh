@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Copyright (C) 2026 the snapfg authors
+# What snapfgctl and snapfg-backup share (tools/common/):
+#
+# - one table of exit statuses: an unreachable server is 4 in both (not
+#   3, snapfg-backup's "incremental impossible"); a socket that accepts
+#   but never answers is 5 in both, after --timeout seconds;
+# - -V and --version in both;
+# - --json: one JSON object on stdout, also when the command failed
+#   (with "exit_status" and "error"); a backup run's object has its
+#   duration and rate;
+# - every backup run ends with a line with its duration and rate;
+#   --progress=always prints progress lines without a terminal,
+#   --progress=never none;
+# - checkpoint list: the creation time in ISO 8601 and which backup
+#   directory made each checkpoint (HOST:DIR);
+# - snapfgctl --stdio bridges stdin/stdout to the control socket, and
+#   with --drop-on-hangup drops at EOF the snapshots created through it.
+
+set -euo pipefail
+source "$(dirname "$0")/backup-functions.sh"
+require_backup_tools
+requires jq
+
+size=$((16 * 1024 * 1024))
+disk="$tmpdir/disk.img"
+sock="$tmpdir/sock"
+ctl="$tmpdir/ctl"
+pidf="$tmpdir/nbdkit.pid"
+dir="$tmpdir/backups"
+make_random_image "$disk" "$size"
+start_snapfg "$sock" "$pidf" origin="$disk" state="$tmpdir/disk.state" \
+    control="$ctl"
+require_checkpoints "$ctl"
+origin=$(uri "$sock")
+
+# expect_status WHAT WANT CMD...: CMD exits WANT; its output in $tmpdir/out.
+expect_status() {
+    local what=$1 want=$2 st=0
+    shift 2
+    timeout 120 "$@" >"$tmpdir/out" 2>"$tmpdir/err" || st=$?
+    if [ "$st" -eq "$want" ]; then
+        info "ok: $what: exit $st: $(head -n 1 "$tmpdir/err")"
+    else
+        check_fail "$what: exit $st, expected $want: $(cat "$tmpdir/err")"
+    fi
+}
+# json_field FILE FILTER: jq -r FILTER of the one JSON line in FILE.
+json_field() {
+    [ "$(wc -l <"$1")" -eq 1 ] || { echo "(not one line)"; return; }
+    jq -r "$2" <"$1" 2>/dev/null || echo "(not JSON)"
+}
+
+# --- -V / --version -------------------------------------------------------
+for tool in "$SNAPFGCTL" "$SNAPFG_BACKUP"; do
+    for v in -V --version; do
+        expect_status "$(basename "$tool") $v" 0 "$tool" "$v"
+        grep -qx "$(basename "$tool") [0-9][0-9.]*" "$tmpdir/out" ||
+            check_fail "$(basename "$tool") $v printed '$(cat "$tmpdir/out")'"
+    done
+done
+
+# --- unreachable: the same status in both -------------------------------
+nosock="$tmpdir/no-such.sock"
+expect_status "snapfgctl, no server" 4 "$SNAPFGCTL" -S "$nosock" status
+expect_status "snapfg-backup, no server" 4 \
+    "$SNAPFG_BACKUP" -S "$nosock" -u "$origin" backup "$tmpdir/unreached"
+[ ! -e "$tmpdir/unreached" ] || check_fail "a run against no server created its backup directory"
+expect_status "snapfgctl --json, no server" 4 "$SNAPFGCTL" --json -S "$nosock" status
+[ "$(json_field "$tmpdir/out" '.ok, .exit_status' | tr '\n' ' ')" = "false 4 " ] ||
+    check_fail "snapfgctl --json without a server printed '$(cat "$tmpdir/out")'"
+expect_status "snapfg-backup --json, no server" 4 \
+    "$SNAPFG_BACKUP" --json -S "$nosock" -u "$origin" backup "$tmpdir/unreached"
+[ "$(json_field "$tmpdir/out" '.ok, .exit_status' | tr '\n' ' ')" = "false 4 " ] &&
+    json_field "$tmpdir/out" .error | grep -q "$nosock" ||
+    check_fail "snapfg-backup --json without a server printed '$(cat "$tmpdir/out")'"
+
+# --- a socket that accepts but never answers: --timeout, status 5 -------
+mute="$tmpdir/mute.sock"
+"$PY" - "$mute" <<'EOF' &
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+held = []
+end = time.time() + 120
+s.settimeout(1)
+while time.time() < end:
+    try:
+        held.append(s.accept()[0])      # read nothing, answer nothing
+    except socket.timeout:
+        pass
+EOF
+mute_pid=$!
+on_exit "kill $mute_pid 2>/dev/null || true"
+for _ in $(seq 100); do [ -S "$mute" ] && break; sleep 0.1; done
+expect_status "snapfgctl --timeout 2, silent server" 5 \
+    "$SNAPFGCTL" --timeout 2 -S "$mute" status
+grep -q "no reply within 2 s" "$tmpdir/err" || check_fail "snapfgctl's timeout message: $(cat "$tmpdir/err")"
+expect_status "snapfgctl merge --wait --timeout 2, silent server" 5 \
+    "$SNAPFGCTL" --timeout 2 -S "$mute" merge x --wait
+expect_status "snapfg-backup --timeout 2, silent server" 5 \
+    "$SNAPFG_BACKUP" --timeout 2 -S "$mute" -u "$origin" backup "$tmpdir/muted"
+[ ! -e "$tmpdir/muted" ] || check_fail "a run against a silent server created its backup directory"
+kill "$mute_pid" 2>/dev/null || true
+
+# --- a backup run: the last line, --json, --progress ----------------------
+expect_status "backup --progress=always --json" 0 \
+    "$SNAPFG_BACKUP" -S "$ctl" -u "$origin" backup "$dir" --progress=always --json
+grep -q '^full backup: [0-9]* of 16 MiB' "$tmpdir/err" ||
+    check_fail "--progress=always without a terminal printed no progress line: $(cat "$tmpdir/err")"
+tail -n 1 "$tmpdir/err" | grep -q '^snapfg-backup: run 1: full backup .* in [0-9.]* s ([0-9.]* MiB/s)$' ||
+    check_fail "the run's last line: $(tail -n 1 "$tmpdir/err")"
+[ "$(json_field "$tmpdir/out" '.ok, .command, .seq, .type' | tr '\n' ' ')" = "true backup 1 full " ] ||
+    check_fail "backup --json printed '$(cat "$tmpdir/out")'"
+[ "$(json_field "$tmpdir/out" '(.duration_s >= 0) and (.rate_bytes_per_s >= 0)')" = true ] ||
+    check_fail "backup --json: no duration or rate: $(cat "$tmpdir/out")"
+write_random_blocks "$origin" 20 1 "$size"
+expect_status "backup --progress=never" 0 \
+    "$SNAPFG_BACKUP" -S "$ctl" -u "$origin" --progress=never backup "$dir"
+grep -q ' of [0-9]* MiB (' "$tmpdir/err" && check_fail "--progress=never printed progress"
+tail -n 1 "$tmpdir/err" | grep -q 'run 2: incremental backup .* MiB/s)$' ||
+    check_fail "the incremental's last line: $(tail -n 1 "$tmpdir/err")"
+[ ! -s "$tmpdir/out" ] || check_fail "without --json stdout has '$(cat "$tmpdir/out")'"
+expect_status "restore --json" 0 "$SNAPFG_BACKUP" --json restore "$dir" "$tmpdir/r.img"
+[ "$(json_field "$tmpdir/out" '.ok')" = true ] || check_fail "restore --json printed '$(cat "$tmpdir/out")'"
+expect_status "--progress=sometimes" 2 "$SNAPFG_BACKUP" --progress=sometimes restore "$dir" x
+
+# --- checkpoint list: ISO 8601 and the backup directory -------------------
+expect_status "checkpoint list" 0 "$SNAPFGCTL" -S "$ctl" checkpoint list
+ckpt=$(manifest_field "$dir" 2 checkpoint)
+line=$(grep "^$ckpt	" "$tmpdir/out" || true)
+today=$(date -u +%Y-%m-%d)
+case $line in
+    *"created ${today}T"[0-9][0-9]:[0-9][0-9]:[0-9][0-9]Z*) info "ok: checkpoint list: ISO 8601 time" ;;
+    *) check_fail "checkpoint list: no ISO 8601 time in '$line'" ;;
+esac
+case $line in
+    *"	by $(hostname):$dir") info "ok: checkpoint list shows the backup directory" ;;
+    *) check_fail "checkpoint list: not 'by $(hostname):$dir' in '$line'" ;;
+esac
+"$SNAPFGCTL" -S "$ctl" --json checkpoint list >"$tmpdir/out"
+[ "$(jq -r --arg n "$ckpt" '.checkpoints[] | select(.name == $n) | .owner' <"$tmpdir/out")" = "$(hostname):$dir" ] ||
+    check_fail "checkpoint list --json: owner $(cat "$tmpdir/out")"
+
+# --- snapfgctl --stdio ----------------------------------------------------
+printf '%s\n' '{"cmd":"list"}' 'not json' '{"cmd":"create","name":"kept","checkpoint":"ck1"}' |
+    timeout 60 "$SNAPFGCTL" --stdio -S "$ctl" >"$tmpdir/out" 2>"$tmpdir/err" ||
+    check_fail "snapfgctl --stdio: $(cat "$tmpdir/err")"
+[ "$(jq -r .ok <"$tmpdir/out" | tr '\n' ' ')" = "true false true " ] ||
+    check_fail "snapfgctl --stdio replied '$(cat "$tmpdir/out")'"
+"$SNAPFGCTL" -S "$ctl" status kept >/dev/null 2>&1 ||
+    check_fail "without --drop-on-hangup the bridge dropped its snapshot"
+"$SNAPFGCTL" -S "$ctl" drop kept >/dev/null
+"$SNAPFGCTL" -S "$ctl" checkpoint drop ck1 >/dev/null
+printf '%s\n' '{"cmd":"create","name":"held"}' '{"cmd":"create","name":"gone"}' '{"cmd":"drop","name":"gone"}' |
+    timeout 60 "$SNAPFGCTL" --stdio --drop-on-hangup -S "$ctl" >"$tmpdir/out" 2>"$tmpdir/err" ||
+    check_fail "snapfgctl --stdio --drop-on-hangup: $(cat "$tmpdir/err")"
+grep -q "dropped snapshot held" "$tmpdir/err" || check_fail "--drop-on-hangup said: $(cat "$tmpdir/err")"
+st=0; "$SNAPFGCTL" -S "$ctl" status held >/dev/null 2>&1 || st=$?
+[ "$st" -eq 1 ] || check_fail "--drop-on-hangup left snapshot 'held' (status exit $st)"
+expect_status "snapfgctl --stdio, no server" 4 "$SNAPFGCTL" --stdio -S "$nosock"
+expect_status "snapfgctl --stdio with a command" 2 "$SNAPFGCTL" --stdio -S "$ctl" status
+
+info "ok: all checks"
