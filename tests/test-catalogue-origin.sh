@@ -16,7 +16,8 @@
 # 3. The origin renamed (another path, the same file): still its origin;
 #    the catalogue records the new path.
 # 4. The origin moved (a copy at a new path, the old one gone): refused
-#    without origin-moved=true (catalogue unchanged); with it, a notice,
+#    without origin-moved=true (catalogue unchanged); with it but the
+#    start failing later (STATE.d missing): catalogue unchanged; with it, a notice,
 #    and every snapshot and the origin served byte for byte; the next
 #    start without origin-moved works (catalogue and stores rebound).
 # 5. Another size, with origin-moved=true: refused, catalogue unchanged.
@@ -125,6 +126,16 @@ rm "$renamed"
 refused "the origin moved, without origin-moved" "state=$state" \
     "belongs to origin $rtmp/renamed.img" "origin=$rtmp/restored/disk.img" "origin-moved=true" \
     -- origin="$moved" state="$state"
+# A start that fails after the rebinding (STATE.d not there) writes none.
+mv "$state.d" "$tmpdir/away.d"
+sum=$(checksum "$state")
+if try_start_failure "$tmpdir/start.err" origin="$moved" state="$state" origin-moved=true; then
+    try_stderr "$tmpdir/start.err" "state directory" "is missing" &&
+        info "ok: origin-moved=true, STATE.d missing: refused"
+fi
+[ "$(checksum "$state")" = "$sum" ] && info "ok: the failed start left the catalogue as it was" ||
+    check_fail "origin-moved=true, a failed start: the catalogue was rewritten"
+mv "$tmpdir/away.d" "$state.d"
 served "origin-moved=true" origin="$moved" state="$state" origin-moved=true
 grep -q "origin-moved=true: this catalogue was bound to origin $rtmp/renamed.img" "$pid.log" ||
     check_fail "origin-moved=true: no notice that the catalogue was rebound"
