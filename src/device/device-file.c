@@ -416,6 +416,15 @@ file_copy (const struct snapfg_device *src, uint64_t src_offset,
 }
 
 static int
+file_preallocate (const struct snapfg_device *dev, uint64_t count,
+                  uint64_t offset)
+{
+  if (fallocate (fd_of (dev)->fd, FALLOC_FL_KEEP_SIZE, offset, count) == -1)
+    return is_unsupported (errno) ? -EOPNOTSUPP : -errno;
+  return 0;
+}
+
+static int
 file_punch (const struct snapfg_device *dev, uint64_t count,
             uint64_t offset)
 {
@@ -529,6 +538,7 @@ const struct device_ops device_file_ops = {
   .zero = file_zero,
   .extents = file_extents,
   .discard_contents = file_discard_contents,
+  .preallocate = file_preallocate,
 };
 
 /* --- block devices --- */

@@ -232,6 +232,17 @@ device_punch (const struct snapfg_device *dev, uint64_t count,
   return dev->ops->punch (dev, count, offset);
 }
 
+int
+device_preallocate (const struct snapfg_device *dev, uint64_t count,
+                    uint64_t offset)
+{
+  if (count == 0)
+    return 0;
+  if (dev->readonly || dev->ops->preallocate == NULL)
+    return -EOPNOTSUPP;
+  return dev->ops->preallocate (dev, count, offset);
+}
+
 /* Write zeroes the slow way, in bounded pieces. */
 static int
 write_zeroes (const struct snapfg_device *dev, uint64_t count,

@@ -144,6 +144,13 @@ extern void device_copy_buffer_release (void *buf);
 /* Deallocate (trim).  -EOPNOTSUPP if the device cannot. */
 extern int device_punch (const struct snapfg_device *dev,
                          uint64_t count, uint64_t offset);
+/* Reserve the blocks of [offset, offset+count) of a file that grows
+ * (fallocate with the size kept): later writes there need no block
+ * allocation.  -EOPNOTSUPP where that means nothing (a disk of fixed
+ * size) or the file system cannot.
+ */
+extern int device_preallocate (const struct snapfg_device *dev,
+                               uint64_t count, uint64_t offset);
 /* Make a range read as zeroes.  With fast_only, only if that is cheap
  * (no data written): otherwise -EOPNOTSUPP.
  */
@@ -223,6 +230,11 @@ struct device_ops {
   int (*extents) (const struct snapfg_device *dev, uint64_t count,
                   uint64_t offset, snapfg_extent_fn fn, void *opaque);
   int (*discard_contents) (struct snapfg_device *dev, uint64_t used);
+  /* Reserve the blocks of [offset, offset+count) without writing them
+   * or changing the size (NULL: cannot).
+   */
+  int (*preallocate) (const struct snapfg_device *dev, uint64_t count,
+                      uint64_t offset);
 };
 
 /* The backends, listed once, in the order device_open asks them: those

@@ -311,6 +311,12 @@ snapfg_origin_path (struct snapfg_engine *e)
   return e->origin.path;
 }
 
+bool
+snapfg_origin_identity (struct snapfg_engine *e, struct device_identity *id)
+{
+  return device_identity (&e->origin, id);
+}
+
 uint32_t
 snapfg_block_size (struct snapfg_engine *e)
 {

@@ -252,6 +252,9 @@ extern uint32_t snapfg_block_size (struct snapfg_engine *e);
 extern uint32_t snapfg_preferred_size (struct snapfg_engine *e,
                                        struct snapfg_snapshot *s);
 extern const char *snapfg_origin_path (struct snapfg_engine *e);
+/* The origin's identity (device_identity); false if it has none. */
+extern bool snapfg_origin_identity (struct snapfg_engine *e,
+                                    struct device_identity *id);
 
 /* The dm-style status line of a snapshot: "Invalid", "Overflow", or
  * "<allocated sectors>/<total sectors> <metadata sectors>".

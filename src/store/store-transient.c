@@ -7,6 +7,16 @@
  * table is lost when the process ends, every start is a new snapshot, so
  * the COW device must be new, empty or all zero: anything else might be
  * somebody's data and is refused without being written.
+ *
+ * Sequential first writes into a COW file that grows stall on the file
+ * system's block allocation (a pre-written COW file measured 0.73-0.80 x
+ * bare against 0.53 x).  Writing zeroes ahead costs a write of every
+ * chunk, which was slower.  So a COW file has its blocks reserved ahead
+ * of the allocator (fallocate with the size kept: no data written, the
+ * extents read as zeroes until written), a window at a time, by the
+ * request that crosses the low mark; it is one cheap call per window
+ * and nobody waits for it.  A clean close truncates the file to zero,
+ * which gives the reserved blocks back with the rest.
  */
 
 #include <config.h>
@@ -17,15 +27,60 @@
 #include <inttypes.h>
 #include <unistd.h>
 
+#include <stdatomic.h>
+
 #include "store.h"
 #include "rounding.h"
 #include "snapfg-log.h"
+
+#define PREALLOC_WINDOW (64 * 1024 * 1024)  /* bytes reserved at a time */
+#define PREALLOC_LOW (32 * 1024 * 1024)     /* reserve more when less is left */
+
+struct transient_store {
+  struct snapfg_store base;
+  /* Reserved up to this byte offset (preallocate_ahead). */
+  atomic_uint_least64_t reserved_end;
+  atomic_bool reserving;                   /* one reserver at a time */
+  atomic_bool reserve_off;                 /* cannot: stop trying */
+};
+
+static void
+preallocate_ahead (struct transient_store *ts, uint64_t next_chunk)
+{
+  struct snapfg_store *st = &ts->base;
+  uint64_t used = next_chunk << st->chunk_shift;
+  uint64_t end = atomic_load (&ts->reserved_end);
+  uint64_t limit = st->max_chunks << st->chunk_shift, from, len;
+  bool expected = false;
+  int r;
+
+  if (atomic_load (&ts->reserve_off) || end >= limit ||
+      end >= used + PREALLOC_LOW)
+    return;
+  if (!atomic_compare_exchange_strong (&ts->reserving, &expected, true))
+    return;                     /* someone else is at it: do not wait */
+  from = end > used ? end : used;
+  len = from + PREALLOC_WINDOW < limit ? PREALLOC_WINDOW : limit - from;
+  r = device_preallocate (&st->dev, len, from);
+  if (r == 0)
+    atomic_store (&ts->reserved_end, from + len);
+  else
+    /* Only an optimisation (a file system without fallocate, a full
+     * one): the writes allocate as before.
+     */
+    atomic_store (&ts->reserve_off, true);
+  atomic_store (&ts->reserving, false);
+}
 
 static int
 transient_alloc_run (struct snapfg_store *st, uint64_t want, uint64_t *first,
                      uint64_t *got)
 {
-  return store_bump_alloc (st, want, first, got);
+  int r = store_bump_alloc (st, want, first, got);
+
+  if (r == 0)
+    preallocate_ahead ((struct transient_store *) st, *first + *got);
+  return r;
 }
 
 static int
@@ -140,12 +195,13 @@ int
 transient_store_open (const struct snapfg_store_params *params,
                       struct snapfg_store **stp)
 {
+  struct transient_store *ts = calloc (1, sizeof *ts);
   struct snapfg_store *st;
   int r;
 
-  st = calloc (1, sizeof *st);
-  if (st == NULL)
+  if (ts == NULL)
     return -ENOMEM;
+  st = &ts->base;
   st->ops = &transient_ops;
   st->chunk_size = params->chunk_size;
   st->chunk_shift = log2_of_power_of_two (params->chunk_size);
@@ -169,6 +225,11 @@ transient_store_open (const struct snapfg_store_params *params,
     return r;
   }
   atomic_init (&st->next_chunk, 0);
+  /* A disk of fixed size has no file system allocating its blocks.
+   * SNAPFG_TEST_NO_PREALLOCATE turns it off, to measure what it saves.
+   */
+  atomic_init (&ts->reserve_off, st->dev.fixed_size ||
+               getenv ("SNAPFG_TEST_NO_PREALLOCATE") != NULL);
   *stp = st;
   return 0;
 }

@@ -338,12 +338,13 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
 
  out:
   if (o->json)
-    print_json (json_pack ("{s:s, s:b, s:O, s:o, s:o}", "dir", dir_path,
+    tool_json_result (json_pack ("{s:s, s:b, s:O, s:o, s:o}", "dir", dir_path,
                            "ok", status == EXIT_OK,
                            "removed_runs", removed,
                            "removed_files", files,
                            "dropped_checkpoints",
-                           dropped ? dropped : json_array ()));
+                           dropped ? dropped : json_array ()),
+                      status);
   else
     json_decref (files), json_decref (dropped);
   json_decref (removed);
