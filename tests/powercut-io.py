@@ -203,12 +203,15 @@ def cmd_check(a):
     # first write no completed flush covers, then every later write.
     nsect = size // SECTOR
     allowed = [None] * nsect          # None: only base
+    older = {}                        # sector -> versions a durable write replaced
     zero = bytes(SECTOR)
     for i, (off, data, length, acked) in enumerate(writes):
         for k in range(length // SECTOR):
             s = off // SECTOR + k
             v = zero if data is None else data[k * SECTOR:(k + 1) * SECTOR]
             if covered[i]:
+                older.setdefault(s, []).extend(
+                    allowed[s] or [base[s * SECTOR:(s + 1) * SECTOR]])
                 allowed[s] = [v]      # durable: earlier versions are gone
             elif allowed[s] is None:
                 allowed[s] = [base[s * SECTOR:(s + 1) * SECTOR], v]
@@ -231,12 +234,15 @@ def cmd_check(a):
                 elif g == al[0]:
                     n_old += 1
             continue
-        (bad_flushed if len(al) == 1 else bad_other).append(s)
+        # Older than its last durable write, or never written at all.
+        (bad_flushed if g in older.get(s, []) or len(al) == 1
+         else bad_other).append(s)
     if bad_flushed or bad_other:
         msg = []
         if bad_flushed:
-            msg.append("%d sectors lost a write a completed flush covered "
-                       "(first sectors %s)" % (len(bad_flushed), bad_flushed[:8]))
+            msg.append("%d sectors lost a write acknowledged with FUA or "
+                       "covered by a completed flush (first sectors %s)"
+                       % (len(bad_flushed), bad_flushed[:8]))
         if bad_other:
             msg.append("%d sectors hold neither their old contents nor any "
                        "write made to them (first sectors %s)" %

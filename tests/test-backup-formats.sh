@@ -80,6 +80,7 @@ for algo in zstd zlib; do
     for n in 1 2; do restores "$d" $n; done
     img=$(manifest_field "$d" 1 image)
     pc=$(compressed_clusters "$d/$img")
+    info "--compress=$algo: full image $(stat -c %s "$d/$img") bytes ($pc % compressed clusters) for a $size-byte disk"
     [ -n "$pc" ] && [ "${pc%%.*}" -ge 50 ] ||
         check_fail "--compress=$algo: the full image has '$pc'% compressed clusters"
     [ "$(stat -c %s "$d/$img")" -lt $((size * 3 / 4)) ] ||
