@@ -233,7 +233,7 @@ def check_malformed(path):
          "chunk_size"),
         ("\"chunk_size\" beyond 32 bits",
          b'{"cmd":"create","name":"a","cow":"/tmp/a","chunk_size":4294971392}\n',
-         "chunk_size"),
+         "chunk-size=4294971392: must be between 512 and 1M"),
         ("\"block_size\" zero", b'{"cmd":"set-block-size","block_size":0}\n',
          "block_size"),
         ("\"block_size\" with an exponent",

@@ -29,8 +29,7 @@
 # model's contents or one of the writes made to it since (then the model
 # takes what is there).  A snapshot is created, and a merge started, right
 # after a flush, so that its expected image is durable.  --writeback off
-# (or none: the server has no such parameter) checks every acknowledged
-# write, as above.
+# (the default) checks every acknowledged write, as above.
 
 import argparse
 import json
@@ -168,7 +167,7 @@ class Server:
             ["nbdkit", "-f", "-U", self.sock, a.plugin,
              "origin=" + a.origin, "state=" + a.state,
              "control=" + self.ctl] +
-            (["writeback=" + a.writeback] if a.writeback != "none" else []),
+            ["writeback=" + a.writeback],
             stderr=self.log, env=env)
         for _ in range(600):
             if os.path.exists(self.sock) and os.path.exists(self.ctl):
@@ -206,14 +205,9 @@ def main():
     p.add_argument("--state", required=True)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seed", type=int, default=1)
-    # on-without-parameter: the flushed-writes check on a server that
-    # has no writeback= parameter (it behaves as writeback=off).
-    p.add_argument("--writeback", default="none",
-                   choices=["on", "off", "none", "on-without-parameter"])
+    p.add_argument("--writeback", default="off", choices=["on", "off"])
     a = p.parse_args()
-    flushing = a.writeback.startswith("on")
-    if a.writeback == "on-without-parameter":
-        a.writeback = "none"
+    flushing = a.writeback == "on"
 
     rng = random.Random(a.seed)
     model = bytearray(open(a.origin, "rb").read())

@@ -14,18 +14,11 @@
 # The loop runs twice: with writeback=off, where every acknowledged
 # write must survive the kill, and with writeback=on, where the writer
 # flushes now and then and every flushed write must survive (each
-# sector holds its flushed contents or a write made since).  A snapfg
-# without the writeback= parameter runs both loops without it.
+# sector holds its flushed contents or a write made since).
 set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
 
-if nbdkit "$SNAPFG_PLUGIN" --help 2>/dev/null | grep -q '^writeback='; then
-    have_wb=yes
-else
-    have_wb=no
-    info "note: this snapfg has no writeback= parameter: both loops run without it"
-fi
 loop_seed=${SNAPFG_LOOP_SEED:-$RANDOM}
 info "loop seed $loop_seed (set SNAPFG_LOOP_SEED to repeat)"
 
@@ -35,16 +28,9 @@ for mode in off on; do
     mkdir "$dir"
     origin="$dir/origin.img"
     make_random_image "$origin" $((8 * 1024 * 1024))
-    # The driver's writeback mode: on (flushed writes checked), off, or
-    # none (no parameter; acknowledged writes checked).
-    case $have_wb:$mode in
-        yes:*) drv=$mode ;;
-        no:off) drv=none ;;
-        no:on) drv=on-without-parameter ;;
-    esac
     "$PY" "$_cfn_dir/lifecycle-loop.py" --dir "$dir" --plugin "$SNAPFG_PLUGIN" \
         --snapfgctl "$SNAPFGCTL" --origin "$origin" --state "$dir/catalogue.json" \
-        --rounds "${SNAPFG_LOOP_ROUNDS:-8}" --seed "$loop_seed" --writeback "$drv" ||
+        --rounds "${SNAPFG_LOOP_ROUNDS:-8}" --seed "$loop_seed" --writeback "$mode" ||
         fail "the kill -9 loop with writeback=$mode failed (above; seed $loop_seed)"
     "$PY" -c '
 import json, sys

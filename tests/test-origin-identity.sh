@@ -8,8 +8,8 @@
 #
 # 1. state= catalogue, snapshot s1 in STATE.d; the origin replaced by
 #    rename (a copy, changed, renamed over it): the restart is refused,
-#    naming the store and saying what changed (device and inode); store
-#    and catalogue unchanged.  With origin-moved=true: started, a notice,
+#    by the catalogue (which records the identity too), saying what
+#    changed (device and inode); store and catalogue unchanged.  With origin-moved=true: started, a notice,
 #    s1 served (its copied-out chunks from the store, the rest from the
 #    new file); the next start without it works (rebound).
 # 2. The same with cow= (no catalogue).
@@ -50,14 +50,15 @@ replace_origin() {
     dd if="$pristine" of="$expected" bs="$MiB" count=1 conv=notrunc status=none
 }
 # refused_replaced WHAT FILE PARAMS...: the start is refused, the message
-# names FILE and what changed; FILE (and the catalogue) unchanged.
+# names FILE (or $who: the catalogue, which refuses first) and what
+# changed; FILE (and the catalogue) unchanged.
 refused_replaced() {
-    local what=$1 file=$2 sum csum=
+    local what=$1 file=$2 sum csum= who=${who:-cow=$2}
     shift 2
     sum=$(checksum "$file")
     [ -e "$state" ] && csum=$(checksum "$state")
     if try_start_failure "$tmpdir/start.err" "$@"; then
-        try_stderr "$tmpdir/start.err" "cow=$file" "the origin was replaced" "inode" "origin-moved=true" &&
+        try_stderr "$tmpdir/start.err" "$who" "the origin was replaced" "inode" "origin-moved=true" &&
             info "ok: $what: refused: $(grep -m1 -F "was replaced" "$tmpdir/start.err")"
     fi
     [ "$(checksum "$file")" = "$sum" ] || check_fail "$what: $file was changed"
@@ -76,10 +77,12 @@ stop_nbdkit "$pid"
 C="$tmpdir/state.json.d/s1.cow"
 [ -f "$C" ] || fail "no store at $C"
 replace_origin
-refused_replaced "restart on the replaced origin" "$C" origin="$origin" state="$state"
+who="state=$state" refused_replaced "restart on the replaced origin" "$C" origin="$origin" state="$state"
 start_snapfg "$sock" "$pid" origin="$origin" state="$state" origin-moved=true
 grep -q "origin-moved=true: this store was bound to origin" "$pid.log" ||
     check_fail "origin-moved=true: no notice that the store was rebound"
+grep -q "origin-moved=true: this catalogue was bound to origin" "$pid.log" ||
+    check_fail "origin-moved=true: no notice that the catalogue was rebound"
 export_equals "$(uri "$sock" s1)" "$expected" "origin-moved=true: s1 served"
 stop_nbdkit "$pid"
 start_snapfg "$sock" "$pid" origin="$origin" state="$state"

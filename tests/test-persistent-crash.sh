@@ -32,8 +32,7 @@
 #
 # Sections 2 and 3 assert that every *acknowledged* write survives, which
 # only writeback=off promises: they run with writeback=off.  Section 4
-# runs with writeback=on, which promises the flushed writes only.  (On
-# a snapfg without the writeback= parameter both run without it.)
+# runs with writeback=on, which promises the flushed writes only.
 #
 # Clients see their connection drop when nbdkit dies: that is expected.
 set -euo pipefail
@@ -47,10 +46,7 @@ rounds=${SNAPFG_CRASH_ROUNDS:-5}
 nwriters=4
 # writeback=off for the cases that check acknowledged writes,
 # writeback=on for those that check flushed ones.
-wb_off=() wb_on=()
-if nbdkit "$SNAPFG_PLUGIN" --help 2>/dev/null | grep -q '^writeback='; then
-    wb_off=(writeback=off) wb_on=(writeback=on)
-fi
+wb_off=(writeback=off) wb_on=(writeback=on)
 
 # check_after_crash WHAT: restart without hooks, the snapshot must equal
 # the pristine image, the origin export the origin file; inspect exits 0.
@@ -395,7 +391,7 @@ batch_concurrent_case origin-write:16
 flushed_case() {
     local spec=$1 st w region_len ws=65536 fsz=$((32 * 1024 * 1024)) ms
     region_len=$((fsz / 4))
-    info "=== flushed writes survive ($spec, ${wb_on[*]:-no writeback= parameter})"
+    info "=== flushed writes survive ($spec, ${wb_on[*]})"
     make_random_image "$origin" "$fsz"
     cp "$origin" "$pristine"
     rm -f "$cow" "$tmpdir"/flushed-* "$tmpdir"/ready-f-*

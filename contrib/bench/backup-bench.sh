@@ -11,8 +11,18 @@
 # (distinct, random), then times the incremental backup of that change
 # and, for comparison, a full backup of the same state into a new
 # directory.  Prints a table and the ratio incremental / full.
-# Environment: SNAPFG_PLUGIN, SNAPFG_BACKUP (default: this tree's
-# builds), CHANGED_PERCENT [5].
+#
+# Then, in ROUNDS paired rounds (the order alternating), a full backup
+# against nbdcopy of the same snapshot export into a raw file, with and
+# without --flush (the snapshot made with snapfgctl create, as the
+# backup makes its own; a backup always ends with its image durable):
+# the medians of the per-round ratios backup / nbdcopy are the figures
+# (the goal is at most 1.1).  Beside it, one full backup each with
+# --compress (zstd), --compress=zlib and --encrypt: time and image size.
+# Environment: SNAPFG_PLUGIN, SNAPFG_BACKUP, SNAPFGCTL (default: this
+# tree's builds), CHANGED_PERCENT [5], ROUNDS [5], DATA_PERCENT [62]
+# (the part of the disk that holds data; the rest is a hole, as a real
+# disk's free space: the issue's 640 MiB of data on 1 GiB).
 set -euo pipefail
 size=${1:-1G}
 pct=${CHANGED_PERCENT:-5}
@@ -23,7 +33,11 @@ if [ -z "$tool" ]; then
     tool=$top/tools/snapfg-backup/snapfg-backup
     [ -x "$PWD/tools/snapfg-backup/snapfg-backup" ] && tool=$PWD/tools/snapfg-backup/snapfg-backup
 fi
-tmp=$(mktemp -d)
+ctl=${SNAPFGCTL:-$top/tools/snapfgctl/snapfgctl}
+[ -x "$PWD/tools/snapfgctl/snapfgctl" ] && [ -z "${SNAPFGCTL:-}" ] && ctl=$PWD/tools/snapfgctl/snapfgctl
+rounds=${ROUNDS:-5}
+data_pct=${DATA_PERCENT:-62}
+tmp=$(mktemp -d ${TMPDIR:-/var/tmp}/backup-bench.XXXXXX)
 pid=
 cleanup() {
     [ -z "$pid" ] || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
@@ -32,7 +46,13 @@ cleanup() {
 trap cleanup EXIT
 
 bytes=$(numfmt --from=iec "$size")
-head -c "$bytes" /dev/urandom >"$tmp/origin.img"
+# Data in the first DATA_PERCENT, a hole after it: half of it random,
+# half base64 text (6 bits of entropy a byte), so that the compressed
+# runs have something to compress.
+data_bytes=$((bytes / 100 * data_pct / 2097152 * 2097152))
+head -c $((data_bytes / 2)) /dev/urandom >"$tmp/origin.img"
+head -c $((data_bytes / 8 * 3)) /dev/urandom | base64 -w 0 | head -c $((data_bytes / 2)) >>"$tmp/origin.img"
+truncate -s "$bytes" "$tmp/origin.img"
 nbdkit -f -U "$tmp/sock" -P "$tmp/pid" "$plugin" origin="$tmp/origin.img" \
     state="$tmp/origin.state" control="$tmp/ctl" 2>"$tmp/nbdkit.log" &
 pid=$!
@@ -81,3 +101,59 @@ echo "| incremental ($changed bytes changed) | $t_incr | $incr_bytes |"
 echo "| full of the same state | $t_full | $full_bytes |"
 awk -v i="$t_incr" -v f="$t_full" -v p="$pct" 'BEGIN {
     printf "incremental / full backup time with %s %% changed: %.3f\n", p, (f > 0 ? i / f : 0) }'
+
+# --- full backup against nbdcopy of the same snapshot export -----------
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+nbdcopy_round() {   # [--flush]
+    local t0 t1
+    "$ctl" -S "$tmp/ctl" create bench-snap >/dev/null
+    rm -f "$tmp/copy.raw"
+    sync
+    t0=$(now)
+    nbdcopy "$@" "nbd+unix:///bench-snap?socket=$tmp/sock" "$tmp/copy.raw"
+    t1=$(now)
+    "$ctl" -S "$tmp/ctl" drop bench-snap >/dev/null
+    rm -f "$tmp/copy.raw"
+    elapsed "$t0" "$t1"
+}
+backup_round() {
+    local t
+    rm -rf "$tmp/round"
+    t=$(timed backup "$tmp/round" --full "$@")
+    echo "$t"
+}
+ratios=()
+fratios=()
+echo
+echo "| round | nbdcopy (s) | nbdcopy --flush (s) | snapfg-backup full (s) | / nbdcopy | / nbdcopy --flush |"
+echo "|---|---|---|---|---|---|"
+for r in $(seq "$rounds"); do
+    if [ $((r % 2)) -eq 1 ]; then
+        tc=$(nbdcopy_round); tf=$(nbdcopy_round --flush); tb=$(backup_round)
+    else
+        tb=$(backup_round); tf=$(nbdcopy_round --flush); tc=$(nbdcopy_round)
+    fi
+    ratio=$(awk -v b="$tb" -v c="$tc" 'BEGIN { printf "%.3f", b / c }')
+    fratio=$(awk -v b="$tb" -v c="$tf" 'BEGIN { printf "%.3f", b / c }')
+    ratios+=("$ratio")
+    fratios+=("$fratio")
+    echo "| $r | $tc | $tf | $tb | $ratio | $fratio |"
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+echo "full backup / nbdcopy of the same snapshot export, median of $rounds paired rounds: $(median "${ratios[@]}")"
+echo "full backup / nbdcopy --flush (durable, as a backup is), median: $(median "${fratios[@]}")"
+
+# --- compressed and encrypted ------------------------------------------
+printf '%s' "bench-key-$$" >"$tmp/key"
+chmod 600 "$tmp/key"
+echo
+echo "| full backup of $size ($data_pct % data) | time (s) | image size (bytes) |"
+echo "|---|---|---|"
+for v in "plain" "--compress" "--compress=zlib" "--encrypt --key-file $tmp/key" \
+         "--compress --encrypt --key-file $tmp/key"; do
+    # shellcheck disable=SC2086
+    if [ "$v" = plain ]; then t=$(backup_round); else t=$(backup_round $v); fi
+    img=$(stat -c %s "$tmp/round"/0001-full.qcow2)
+    echo "| $v | $t | $img |"
+done

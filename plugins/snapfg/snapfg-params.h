@@ -71,7 +71,8 @@ extern void params_free (void);
   "                      survive restarts.\n" \
   "cbt-granularity=<SIZE> Checkpoint bitmap granule, power of two >= chunk-size\n" \
   "                      (default 64K).\n" \
-  "origin-moved=true     The origin was moved or restored: accept stores and\n" \
-  "                      bitmaps bound to another disk of the same size."
+  "origin-moved=true     The origin was moved or restored: accept a catalogue,\n" \
+  "                      stores and bitmaps bound to another disk (or path)\n" \
+  "                      of the same size."
 
 #endif

@@ -161,10 +161,15 @@ plugin_config_complete (void)
    * an interrupted merge is set up again: all before any client.
    */
   if (params.state_path) {
+    struct device_identity id = { 0, 0 };
     struct catalogue_origin origin = {
       .path = snapfg_origin_path (engine),
       .size = snapfg_size (engine),
+      .has_identity = snapfg_origin_identity (engine, &id),
+      .moved = params.origin_moved,
     };
+    origin.dev = id.dev;
+    origin.ino = id.ino;
     if (catalogue_open (params.state_path, &origin, &catalogue) < 0)
       return -1;
     snapfg_engine_set_catalogue (engine, catalogue);

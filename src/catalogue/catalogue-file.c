@@ -3,7 +3,8 @@
 /* snapfg: the catalogue file (the format is in catalogue.h).
  *
  * Reading it back (a file that is not a snapfg catalogue, is malformed
- * or belongs to another origin is refused and never overwritten), and
+ * or belongs to another origin -- catalogue-origin.c decides -- is
+ * refused and never overwritten), and
  * every change as one atomic, locked rewrite.
  *
  * A change is made on a copy of the tree, the copy is written to
@@ -278,12 +279,11 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
     /* The file this open created: a new catalogue.  Nothing to lose. */
     free (text);
     random_uuid (cat->id);
-    cat->root = json_pack ("{s:s, s:i, s:s, s:{s:s, s:I}, s:[], s:[], s:[]}",
+    cat->root = json_pack ("{s:s, s:i, s:s, s:o, s:[], s:[], s:[]}",
                            "format", CATALOGUE_FORMAT,
                            "version", CATALOGUE_VERSION,
                            "id", cat->id,
-                           "origin", "path", origin->path,
-                           "size", (json_int_t) origin->size,
+                           "origin", catalogue_origin_object (origin),
                            "snapshots", "checkpoints", "events");
     return cat->root ? 0 : -ENOMEM;
   }
@@ -329,19 +329,10 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
     json_decref (root);
     return -EINVAL;
   }
-  if (strcmp (json_string_value (json_object_get (o, "path")),
-              origin->path) != 0 ||
-      (uint64_t) json_integer_value (json_object_get (o, "size"))
-      != origin->size) {
-    snapfg_error ("state=%s: this catalogue belongs to origin %s (%" PRIu64
-                  " bytes), not to origin=%s (%" PRIu64 " bytes); every "
-                  "origin needs its own catalogue (the file is left "
-                  "unchanged)", cat->path,
-                  json_string_value (json_object_get (o, "path")),
-                  (uint64_t) json_integer_value (json_object_get (o, "size")),
-                  origin->path, origin->size);
+  r = catalogue_check_origin (cat, root, origin);
+  if (r < 0) {
     json_decref (root);
-    return -EINVAL;
+    return r;
   }
   /* (After the origin: another origin's catalogue says so first.) */
   problem = catalogue_check_records (cat, root, why, sizeof why);

@@ -59,6 +59,17 @@ extern int catalogue_open_locked (struct catalogue *cat, bool *created);
 extern int catalogue_load_document (struct catalogue *cat,
                                     const struct catalogue_origin *origin,
                                     bool *fresh);
+/* The "origin" object for this origin (path, size and, if it has one,
+ * its identity); NULL if out of memory.  (catalogue-origin.c)
+ */
+extern json_t *catalogue_origin_object (const struct catalogue_origin *origin);
+/* Is the document (its "origin" object checked for type) this origin's
+ * catalogue?  0, possibly with the origin object rebound in memory (an
+ * identity gained, a renamed origin's path, origin-moved=true; written
+ * by catalogue_release), or -EINVAL after logging what differs.
+ */
+extern int catalogue_check_origin (struct catalogue *cat, json_t *root,
+                                   const struct catalogue_origin *origin);
 /* Write doc as the new catalogue, atomically (FILE.tmp, sync, lock,
  * rename, sync the directory); doc is not consumed.  Called with
  * cat->lock held.

@@ -15,7 +15,7 @@
  *     "format": "snapfg-catalogue",
  *     "version": 1,
  *     "id": "<uuid of this catalogue>",
- *     "origin": { "path": "...", "size": N },
+ *     "origin": { "path": "...", "size": N, "dev": D, "ino": I },
  *     "snapshots": [ { "name", "cow", "store", "chunk_size", "cow_size",
  *                      "created", "uuid", "state", "owned" }, ... ],
  *     "checkpoints": [ { "name", "bitmap", "granularity", "created",
@@ -44,6 +44,14 @@ struct catalogue;
 struct catalogue_origin {
   const char *path;                /* realpath of the file, or the URI */
   uint64_t size;
+  /* Its identity as device_identity gives it (a file's device and
+   * inode, a block device's device number in ino); an NBD export has
+   * none.  With one on both sides it decides, not the path.
+   */
+  bool has_identity;
+  uint64_t dev, ino;
+  bool moved;                      /* origin-moved=true: an origin of the
+                                      same size is this one (rebound) */
 };
 
 /* A snapshot as the catalogue records it. */

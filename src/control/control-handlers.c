@@ -380,31 +380,26 @@ control_do_create (struct control_call *call)
 {
   const struct control_request *req = call->req;
   const char *cow = control_arg_string (req, "cow");
-  uint64_t chunk_size = control_arg_size (req, "chunk_size");
   struct snapfg_snapshot_options o = {
     .name = control_arg_string (req, "name"),
     .cow_path = cow,
     .store_type = control_arg_string (req, "store"),
-    .chunk_size = chunk_size,
+    .chunk_size = control_arg_size (req, "chunk_size"),
     .cow_size = control_arg_size (req, "cow_size"),
     .checkpoint = control_arg_string (req, "checkpoint"),
     .checkpoint_owner = control_arg_string (req, "checkpoint_owner"),
   };
   struct snapfg_snapshot *s;
-  const char *problem = snapfg_check_new_snapshot_name (o.name);
   int r;
 
-  if (problem) {
-    char printable[128];
-
-    snapfg_printable_name (o.name, printable, sizeof printable);
+  /* The name and the chunk size are checked once, by the engine.  What
+   * is the control socket's own rule is checked here: the start-up
+   * snapshot's name belongs to cow=, and a relative path would be
+   * resolved against the server's directory, not the client's.
+   */
+  if (strcmp (o.name, SNAPFG_STARTUP_SNAPSHOT) == 0) {
     snprintf (call->error, sizeof call->error, "snapshot name \"%s\": %s",
-              printable, problem);
-    return -EINVAL;
-  }
-  if (chunk_size > UINT32_MAX) {
-    snprintf (call->error, sizeof call->error,
-              "chunk_size: must be between 512 and 1M");
+              o.name, snapfg_check_new_snapshot_name (o.name));
     return -EINVAL;
   }
   if (cow && cow[0] != '/' && !device_is_uri (cow)) {

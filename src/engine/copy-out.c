@@ -14,6 +14,7 @@
 #include <pthread.h>
 
 #include "engine-internal.h"
+#include "copy-out.h"
 #include "snapfg-log.h"
 
 /* What claim_chunk found. */

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "lifecycle.h"
 #include "scoped-lock.h"
 #include "vector.h"
 #include "catalogue.h"
@@ -263,10 +264,19 @@ snapshot_create (struct snapfg_engine *e,
   int state_dirfd = -1;
   int r;
 
-  problem = snapfg_check_chunk_size (params.chunk_size);
-  if (problem) {
-    snapfg_error ("chunk-size=%" PRIu32 ": %s", params.chunk_size, problem);
-    return -EINVAL;
+  /* The one check of the chunk size, whoever asked (the plugin's
+   * parameters, the control socket, the catalogue).
+   */
+  {
+    uint64_t asked = o->chunk_size ? o->chunk_size
+      : SNAPFG_DEFAULT_CHUNK_SIZE;
+
+    problem = snapfg_check_chunk_size (asked > INT64_MAX ? -1
+                                       : (int64_t) asked);
+    if (problem) {
+      snapfg_error ("chunk-size=%" PRIu64 ": %s", asked, problem);
+      return -EINVAL;
+    }
   }
   token = percpu_rwlock_read_lock (&e->geometry);
   exists = engine_find_snapshot_locked (e, o->name) != NULL;

@@ -16,8 +16,54 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "lifecycle.h"
 #include "scoped-lock.h"
 #include "snapfg-log.h"
+
+/* --- a snapshot's teardown, and the list of live snapshots --- */
+
+pthread_mutex_t engine_live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void
+snapshot_live_remove (struct snapfg_snapshot *s)
+{
+  SCOPED_MUTEX_LOCK (&engine_live_lock);
+  if (s->live_prevp) {
+    *s->live_prevp = s->live_next;
+    if (s->live_next)
+      s->live_next->live_prevp = s->live_prevp;
+    s->live_prevp = NULL;
+  }
+}
+
+void
+snapshot_live_insert (struct snapfg_snapshot *s)
+{
+  struct snapfg_engine *e = s->engine;
+
+  SCOPED_MUTEX_LOCK (&engine_live_lock);
+  s->live_next = e->live;
+  if (e->live)
+    e->live->live_prevp = &s->live_next;
+  e->live = s;
+  s->live_prevp = &e->live;
+}
+
+void
+snapshot_free (struct snapfg_snapshot *s, bool clean)
+{
+  snapshot_live_remove (s);
+  if (s->store)
+    s->store->ops->close (s->store, clean);
+  if (s->table.stripes)
+    exception_table_destroy (&s->table);
+  stats_destroy (&s->stats);
+  pthread_mutex_destroy (&s->merge_lock);
+  free (s->name);
+  free (s);
+}
+
+/* --- finding and holding snapshots --- */
 
 struct snapfg_snapshot *
 snapfg_snapshot_get (struct snapfg_engine *e, const char *name)

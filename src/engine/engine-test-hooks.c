@@ -61,14 +61,14 @@ engine_parse_fault_point (struct snapfg_engine *e, const char *spec)
   };
   long count;
 
-  e->fault_at = FAULT_NONE;
+  e->test.fault_at = FAULT_NONE;
   if (spec == NULL || *spec == '\0')
     return;
-  e->fault_at = parse_test_point (spec, points,
+  e->test.fault_at = parse_test_point (spec, points,
                                   sizeof points / sizeof points[0],
                                   FAULT_NONE, &count);
-  atomic_init (&e->fault_countdown, count);
-  if (e->fault_at == FAULT_NONE)
+  atomic_init (&e->test.fault_countdown, count);
+  if (e->test.fault_at == FAULT_NONE)
     snapfg_error ("SNAPFG_TEST_CRASH_AT=%s: unknown fault point", spec);
 }
 
@@ -85,23 +85,23 @@ engine_parse_fail_point (struct snapfg_engine *e, const char *spec)
   };
   long count;
 
-  e->fail_at = FAIL_NONE;
+  e->test.fail_at = FAIL_NONE;
   if (spec == NULL || *spec == '\0')
     return;
-  e->fail_at = parse_test_point (spec, points,
+  e->test.fail_at = parse_test_point (spec, points,
                                  sizeof points / sizeof points[0],
                                  FAIL_NONE, &count);
-  if (e->fail_at == FAIL_NONE)
+  if (e->test.fail_at == FAIL_NONE)
     snapfg_error ("SNAPFG_TEST_FAIL_AT=%s: unknown failure point", spec);
-  atomic_init (&e->fail_countdown, count);
+  atomic_init (&e->test.fail_countdown, count);
 }
 
 void
 engine_fault_point (struct snapfg_engine *e, enum fault_point where)
 {
-  if (e->fault_at != where)
+  if (e->test.fault_at != where)
     return;
-  if (atomic_fetch_sub (&e->fault_countdown, 1) != 1)
+  if (atomic_fetch_sub (&e->test.fault_countdown, 1) != 1)
     return;
   /* Die the way a crash or kill -9 would: no cleanup, no flush. */
   snapfg_debug ("test fault point %d reached: killing the process", where);
@@ -112,9 +112,9 @@ engine_fault_point (struct snapfg_engine *e, enum fault_point where)
 bool
 engine_fail_point (struct snapfg_engine *e, enum fail_point where)
 {
-  if (e->fail_at != where)
+  if (e->test.fail_at != where)
     return false;
-  if (atomic_fetch_sub (&e->fail_countdown, 1) != 1)
+  if (atomic_fetch_sub (&e->test.fail_countdown, 1) != 1)
     return false;
   snapfg_debug ("test failure point %d reached: failing the allocation",
                 where);
@@ -124,6 +124,6 @@ engine_fail_point (struct snapfg_engine *e, enum fail_point where)
 void
 engine_test_delay (const struct snapfg_engine *e)
 {
-  if (e->test_delay_us)
-    usleep (e->test_delay_us);
+  if (e->test.delay_us)
+    usleep (e->test.delay_us);
 }

@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "copy-out.h"
+#include "merge.h"
 #include "power-of-two.h"
 #include "scoped-lock.h"
 #include "checkpoint.h"
@@ -130,10 +132,10 @@ snapfg_engine_open (const struct snapfg_options *opts,
 
   env = getenv ("SNAPFG_TEST_DELAY_US");
   if (env && *env)
-    e->test_delay_us = strtoul (env, NULL, 10);
+    e->test.delay_us = strtoul (env, NULL, 10);
   env = getenv ("SNAPFG_TEST_MERGE_DELAY_US");
   if (env && *env)
-    e->test_merge_delay_us = strtoul (env, NULL, 10);
+    e->test.merge_delay_us = strtoul (env, NULL, 10);
   engine_parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
   engine_parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
 
@@ -157,47 +159,6 @@ snapfg_engine_open (const struct snapfg_options *opts,
  err_free:
   free (e);
   return r;
-}
-
-pthread_mutex_t engine_live_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void
-live_remove (struct snapfg_snapshot *s)
-{
-  SCOPED_MUTEX_LOCK (&engine_live_lock);
-  if (s->live_prevp) {
-    *s->live_prevp = s->live_next;
-    if (s->live_next)
-      s->live_next->live_prevp = s->live_prevp;
-    s->live_prevp = NULL;
-  }
-}
-
-void
-snapshot_live_insert (struct snapfg_snapshot *s)
-{
-  struct snapfg_engine *e = s->engine;
-
-  SCOPED_MUTEX_LOCK (&engine_live_lock);
-  s->live_next = e->live;
-  if (e->live)
-    e->live->live_prevp = &s->live_next;
-  e->live = s;
-  s->live_prevp = &e->live;
-}
-
-void
-snapshot_free (struct snapfg_snapshot *s, bool clean)
-{
-  live_remove (s);
-  if (s->store)
-    s->store->ops->close (s->store, clean);
-  if (s->table.stripes)
-    exception_table_destroy (&s->table);
-  stats_destroy (&s->stats);
-  pthread_mutex_destroy (&s->merge_lock);
-  free (s->name);
-  free (s);
 }
 
 void
@@ -230,7 +191,7 @@ snapfg_engine_close (struct snapfg_engine *e)
     struct snapfg_snapshot *s = e->snapshots[i];
 
     atomic_store (&s->state, SNAPSHOT_DROPPED);
-    live_remove (s);
+    snapshot_live_remove (s);
     s->store->ops->close (s->store, true);
     s->store = NULL;
     snapfg_snapshot_put (s);
@@ -309,6 +270,12 @@ const char *
 snapfg_origin_path (struct snapfg_engine *e)
 {
   return e->origin.path;
+}
+
+bool
+snapfg_origin_identity (struct snapfg_engine *e, struct device_identity *id)
+{
+  return device_identity (&e->origin, id);
 }
 
 uint32_t

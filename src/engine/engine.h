@@ -101,7 +101,8 @@ struct snapfg_snapshot_options {
   const char *name;                /* export name */
   const char *cow_path;            /* NULL: STATE.d/NAME.cow (needs state=) */
   const char *store_type;          /* store-types.h; NULL: the default */
-  uint32_t chunk_size;             /* power of two, 512 .. 1M */
+  uint64_t chunk_size;             /* power of two, 512 .. 1M (checked by
+                                      snapfg_snapshot_create); 0: default */
   uint64_t cow_size;               /* 0: default */
   enum snapfg_attach attach;
   /* SNAPFG_ATTACH_RESTORE: the catalogue's record. */
@@ -252,6 +253,9 @@ extern uint32_t snapfg_block_size (struct snapfg_engine *e);
 extern uint32_t snapfg_preferred_size (struct snapfg_engine *e,
                                        struct snapfg_snapshot *s);
 extern const char *snapfg_origin_path (struct snapfg_engine *e);
+/* The origin's identity (device_identity); false if it has none. */
+extern bool snapfg_origin_identity (struct snapfg_engine *e,
+                                    struct device_identity *id);
 
 /* The dm-style status line of a snapshot: "Invalid", "Overflow", or
  * "<allocated sectors>/<total sectors> <metadata sectors>".

@@ -16,6 +16,8 @@
 #include <inttypes.h>
 
 #include "engine-internal.h"
+#include "copy-out.h"
+#include "merge.h"
 #include "checkpoint.h"
 #include "snapfg-log.h"
 

@@ -16,6 +16,7 @@
 #include <inttypes.h>
 
 #include "engine-internal.h"
+#include "copy-out.h"
 #include "snapfg-log.h"
 
 /* Consecutive chunks read from the origin in one I/O: at most this many

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: a snapshot's life beyond one server run (docs/design.md section 7):
- * the catalogue (state=) records every snapshot, drop and merge; a
- * restart brings them back; a COW store is never this server's own
- * export nor a file some snapshot still holds.
+ * the catalogue (state=) records every snapshot, drop and merge, and a
+ * COW store is never this server's own export nor a file some snapshot
+ * still holds.  These are the hooks that creating, dropping and merging
+ * call; bringing the snapshots back at a restart, which creates them, is
+ * above them in lifecycle-restore.c.
  *
  * The rule everything here serves: a snapshot is served as valid only if
  * every change to the origin since its instant went through a server
@@ -24,6 +26,7 @@
 #include <unistd.h>
 
 #include "engine-internal.h"
+#include "lifecycle.h"
 #include "catalogue.h"
 #include "random-uuid.h"
 #include "self-reference.h"
@@ -175,108 +178,4 @@ lifecycle_check_cow (struct snapfg_engine *e, const char *path, bool owned)
   }
   pthread_mutex_unlock (&engine_live_lock);
   return holder ? -EBUSY : 0;
-}
-
-/* A catalogue record whose store says it was dropped: the server died
- * between marking the store and telling the catalogue.  Finish it.
- */
-static int
-finish_forgetting (struct snapfg_engine *e,
-                   const struct catalogue_snapshot *rec, const char *event,
-                   const char *detail)
-{
-  /* The catalogue is held during the start: the file goes once the
-   * catalogue that forgets it is written (catalogue_release).  Only a
-   * store the record says the server made, which the catalogue has
-   * checked is the state directory's file of that name, is removed.
-   */
-  return catalogue_snapshot_forget (e->catalogue, rec->name, event, detail,
-                                    rec->owned ? rec->cow : NULL);
-}
-
-int
-snapfg_engine_restore (struct snapfg_engine *e)
-{
-  struct catalogue_snapshot *list;
-  size_t n;
-  int r;
-
-  if (e->catalogue == NULL)
-    return 0;
-  r = catalogue_snapshots (e->catalogue, &list, &n);
-  if (r < 0)
-    return r;
-
-  for (size_t i = 0; i < n && r == 0; ++i) {
-    const struct catalogue_snapshot *rec = &list[i];
-    struct snapfg_snapshot_options o = {
-      .name = rec->name,
-      .cow_path = rec->cow,
-      .store_type = rec->store,
-      .chunk_size = rec->chunk_size,
-      .cow_size = rec->cow_size,
-      .attach = SNAPFG_ATTACH_RESTORE,
-      .uuid = rec->uuid,
-      .merging = strcmp (rec->state, CATALOGUE_SNAPSHOT_MERGING) == 0,
-      .owned = rec->owned,
-      .created = rec->created,
-    };
-    const struct store_type *type = store_type_find (rec->store);
-    struct snapfg_snapshot *s;
-
-    /* (The catalogue has checked that the type exists.) */
-    if (type && !type->survives_restart) {
-      /* A transient table lived in memory only. */
-      snapfg_debug ("state=%s: transient snapshot %s did not survive the "
-                    "restart: recorded as lost",
-                    catalogue_path (e->catalogue), rec->name);
-      r = finish_forgetting (e, rec, "lost",
-                             "transient: its exceptions were in memory "
-                             "only");
-      continue;
-    }
-
-    r = snapfg_snapshot_create (e, &o);
-    if (r == -ESTALE) {
-      snapfg_debug ("state=%s: snapshot %s was being dropped: done",
-                    catalogue_path (e->catalogue), rec->name);
-      r = finish_forgetting (e, rec, "dropped", "finished at restart");
-      continue;
-    }
-    if (r < 0) {
-      snapfg_error ("state=%s: cannot bring back snapshot \"%s\" (COW %s); "
-                    "see the error above: fix the store, or remove the "
-                    "snapshot's record from the catalogue",
-                    catalogue_path (e->catalogue), rec->name, rec->cow);
-      break;
-    }
-
-    /* The catalogue says merging but the store is not marked: the
-     * server died between the two.  Start the merge now (its thread
-     * starts with snapfg_engine_start_background, before any client).
-     */
-    s = snapfg_snapshot_get (e, rec->name);
-    if (s && o.merging && atomic_load (&s->state) != SNAPSHOT_MERGING) {
-      const char *problem;
-
-      percpu_rwlock_write_lock (&e->geometry);
-      problem = merge_prepare_locked (e, s, &r);
-      percpu_rwlock_write_unlock (&e->geometry);
-      if (problem) {
-        snapfg_error ("state=%s: cannot resume the merge of snapshot "
-                      "\"%s\": %s", catalogue_path (e->catalogue),
-                      rec->name, problem);
-        r = -EINVAL;
-      }
-    }
-    snapfg_snapshot_put (s);
-  }
-  catalogue_snapshots_free (list, n);
-  /* Every recorded snapshot is back: what the start changed in the
-   * catalogue (checkpoints found inconsistent, snapshots finished
-   * forgetting) is written now, and not at all if the start failed.
-   */
-  if (r == 0)
-    r = catalogue_release (e->catalogue);
-  return r;
 }

@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "engine-internal.h"
+#include "lifecycle.h"
+#include "merge.h"
 #include "checkpoint.h"
 #include "scoped-lock.h"
 #include "snapfg-log.h"
@@ -256,8 +258,8 @@ merge_thread (void *arg)
     r = claim_batch (s, pairs, n, pe);
     if (r < 0)
       break;
-    if (e->test_merge_delay_us)
-      usleep (e->test_merge_delay_us);      /* tests: a merge that lasts */
+    if (e->test.merge_delay_us)
+      usleep (e->test.merge_delay_us);      /* tests: a merge that lasts */
     for (size_t i = 0; i < n && r == 0; ++i)
       r = copy_back (s, &pairs[i], buf);
     if (r == 0)

@@ -32,8 +32,10 @@
 
 #include "snapfg-backup.h"
 
-#define COPY_SLOTS 64           /* requests in flight, in all */
-#define PIECE_SIZE (256 * 1024) /* bytes per request (at least a block) */
+#define MAX_SLOTS 64            /* requests in flight, at most */
+#define COPY_SLOTS 64           /* ... by default */
+#define PIECE_SIZE (256 * 1024) /* bytes per request by default */
+#define MAX_PIECE (4 << 20)     /* ... at most */
 
 enum slot_state {
   SLOT_IDLE,
@@ -151,8 +153,8 @@ next_piece (const struct copy_job *job, struct cursor *c, uint64_t piece,
   return false;
 }
 
-/* The pieces are at most this many blocks (PIECE_SIZE / 64K). */
-#define MAX_PIECE_BLOCKS (PIECE_SIZE / 65536)
+/* The pieces are at most this many blocks (of at least 64K). */
+#define MAX_PIECE_BLOCKS (MAX_PIECE / 65536)
 
 /* Checksum each block of the piece just read and note which are zero. */
 static size_t
@@ -233,12 +235,13 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
    * while a handle is closed after a failure, its callback still finds
    * its slot.  copy_run is not reentrant.
    */
-  static struct slot slots[COPY_SLOTS];
+  static struct slot slots[MAX_SLOTS];
   struct pollfd fds[17];
   struct nbd_handle *hs[17];
   bool dead[17] = { false };
   struct cursor cur = { 0, 0 };
-  uint64_t piece = job->block > PIECE_SIZE ? job->block : PIECE_SIZE;
+  int nslots = job->slots ? (int) job->slots : COPY_SLOTS;
+  uint64_t piece = job->piece ? job->piece : PIECE_SIZE;
   uint64_t total = 0, done = 0;
   unsigned char zero_sum[SHA256_LEN];
   bool stopping = false, failed = false;
@@ -247,6 +250,14 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
   int in_flight = 0;
 
   err[0] = '\0';
+  if (nslots < 1 || nslots > MAX_SLOTS)
+    nslots = COPY_SLOTS;
+  /* A piece is whole blocks, and at most MAX_PIECE_BLOCKS of them. */
+  if (piece < job->block)
+    piece = job->block;
+  piece = piece / job->block * job->block;
+  if (piece / job->block > MAX_PIECE_BLOCKS)
+    piece = job->block * MAX_PIECE_BLOCKS;
   if (job->nsrc == 0 || job->nsrc > 16) {
     snprintf (err, err_len, "internal error: %zu source connections", job->nsrc);
     return -1;
@@ -256,11 +267,11 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
   sha256_zero (job->block, zero_sum);
   tool_progress_start (&prog, job->what);
   memset (slots, 0, sizeof slots);
-  for (int i = 0; i < COPY_SLOTS; ++i) {
+  for (int i = 0; i < nslots; ++i) {
     slots[i].buf = malloc (piece);
     if (slots[i].buf == NULL) {
       snprintf (err, err_len, "out of memory (%d buffers of %" PRIu64 " bytes)",
-                COPY_SLOTS, piece);
+                nslots, piece);
       for (int j = 0; j < i; ++j)
         free (slots[j].buf);
       return -1;
@@ -280,7 +291,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
 
   for (;;) {
     /* Start reads on idle slots. */
-    for (int i = 0; i < COPY_SLOTS && !stopping; ++i) {
+    for (int i = 0; i < nslots && !stopping; ++i) {
       struct slot *s = &slots[i];
       if (s->state != SLOT_IDLE)
         continue;
@@ -301,7 +312,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
     }
 
     /* Finished reads: checksum, then write (or skip). */
-    for (int i = 0; i < COPY_SLOTS; ++i) {
+    for (int i = 0; i < nslots; ++i) {
       struct slot *s = &slots[i];
       bool zero[MAX_PIECE_BLOCKS];
       size_t nblocks;
@@ -346,7 +357,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
     if (in_flight == 0) {
       bool more = false;
       if (!stopping)
-        for (int i = 0; i < COPY_SLOTS; ++i)
+        for (int i = 0; i < nslots; ++i)
           if (slots[i].state == SLOT_IDLE) {
             struct cursor probe = cur;
             uint64_t o, l;
@@ -361,7 +372,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
     /* A completion may have come in while requests were issued. */
     {
       bool ready = false;
-      for (int i = 0; i < COPY_SLOTS && !ready; ++i)
+      for (int i = 0; i < nslots && !ready; ++i)
         ready = slots[i].state == SLOT_READ_DONE ||
           slots[i].state == SLOT_WRITE_DONE;
       if (ready)
@@ -400,7 +411,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
         FAIL ("%s: %s", hs[i] == job->dst ? "the image's qemu-nbd"
               : "the NBD server", nbd_get_error () ? nbd_get_error ()
               : "connection lost");
-        for (int j = 0; j < COPY_SLOTS; ++j) {
+        for (int j = 0; j < nslots; ++j) {
           struct slot *s = &slots[j];
           bool on_it = (s->state == SLOT_READING && job->src[s->src] == hs[i])
             || (s->state == SLOT_WRITING && hs[i] == job->dst);
@@ -424,7 +435,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
     snprintf (err, err_len, "stopped by SNAPFG_BACKUP_TEST_STOP_AFTER");
     failed = true;
   }
-  for (int i = 0; i < COPY_SLOTS; ++i)
+  for (int i = 0; i < nslots; ++i)
     free (slots[i].buf);
   return failed ? -1 : 0;
 }

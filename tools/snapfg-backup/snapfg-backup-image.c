@@ -359,7 +359,7 @@ chain_check (int dirfd, const char *dir, json_t *manifest, json_t *run,
     const char *want = owner ? json_str (owner, "backing") : NULL;
     const char *rebase_to = owner ? json_str (owner, "rebase_to") : NULL;
     const char *why = NULL;
-    char file[NAME_MAX + 16];
+    char file[NAME_MAX + 16], named[2 * NAME_MAX + 64];
     struct qcow2_header q;
     struct stat st;
     int fd;
@@ -396,6 +396,7 @@ chain_check (int dirfd, const char *dir, json_t *manifest, json_t *run,
                     : strerror (errno), seq);
       goto fail;
     }
+    named[0] = '\0';
     if (fstat (fd, &st) == -1 || !S_ISREG (st.st_mode))
       why = "not a regular file";
     else if (read_qcow2_header (fd, &q, &why) == 0) {
@@ -408,18 +409,18 @@ chain_check (int dirfd, const char *dir, json_t *manifest, json_t *run,
          * snapfg-backup-prune.c): the full image is under it.
          */
         want = rebase_to;
-      else if (strcmp (q.backing, want ? want : "") != 0)
+      else if (strcmp (q.backing, want ? want : "") != 0) {
         why = want ? "its backing file is not the one the manifest records"
                    : "a full image with a backing file";
+        snprintf (named, sizeof named, " (it names '%s', the manifest '%s')",
+                  q.backing, want ? want : "");
+      }
     }
     close (fd);
     if (why) {
-      backup_error ("%s/%s (run %" PRIu64 "'s chain): %s%s%s%s: the images "
-                    "do not match the manifest; nothing was read", dir, file,
-                    seq, why, why[0] == 'i' && strstr (why, "backing")
-                    ? " (it names '" : "",
-                    why[0] == 'i' && strstr (why, "backing") ? q.backing : "",
-                    why[0] == 'i' && strstr (why, "backing") ? "')" : "");
+      backup_error ("%s/%s (run %" PRIu64 "'s chain): %s%s: the images do "
+                    "not match the manifest; nothing was read", dir, file,
+                    seq, why, named);
       goto fail;
     }
     chain[depth] = strdup (file);

@@ -35,6 +35,9 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <unistd.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include "snapfg-backup.h"
 
@@ -95,6 +98,44 @@ run_qemu_img (const char *dir, const struct image_access *a,
   return run_command (dir, argv);
 }
 
+/* Is checkpoint NAME, made by snapfg-backup for the directory OWNER
+ * ("HOST:DIR", see snapfgctl checkpoint list), one no chain needs: made
+ * on this host for a directory that is gone, or that now holds another
+ * chain?  A directory that exists without a manifest (a file system not
+ * mounted yet) keeps its checkpoints.
+ */
+static bool
+orphaned (const char *name, const char *owner)
+{
+  const char *tag = "snapfg-backup-", *path, *colon;
+  char host[256] = "", chain[16], err[256];
+  json_t *m;
+  bool missing, gone;
+  struct stat st;
+  int fd;
+
+  if (owner == NULL || strncmp (name, tag, strlen (tag)) != 0 ||
+      sscanf (name + strlen (tag), "%8[0-9a-f]-", chain) != 1 ||
+      (colon = strchr (owner, ':')) == NULL)
+    return false;
+  gethostname (host, sizeof host - 1);
+  path = colon + 1;
+  if ((size_t) (colon - owner) != strlen (host) ||
+      strncmp (owner, host, colon - owner) != 0 || path[0] != '/')
+    return false;
+  if (lstat (path, &st) == -1)
+    return errno == ENOENT;
+  fd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd == -1)
+    return false;
+  m = manifest_read (fd, path, &missing, err, sizeof err);
+  close (fd);
+  gone = m && json_str (m, "chain_id") &&
+    strcmp (json_str (m, "chain_id"), chain) != 0;
+  json_decref (m);
+  return gone;
+}
+
 /* 6. This chain's checkpoints on the server that no run needs: all but
  * the last run's, and the one a next differential starts from.
  */
@@ -121,8 +162,14 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
   json_array_foreach (json_object_get (reply, "checkpoints"), i, v) {
     const char *n = json_str (v, "name");
     json_t *r;
-    if (n == NULL || strncmp (n, prefix, strlen (prefix)) != 0 ||
-        (keep1 && strcmp (n, keep1) == 0) || (keep2 && strcmp (n, keep2) == 0))
+    if (n == NULL)
+      continue;
+    if (strncmp (n, prefix, strlen (prefix)) != 0) {
+      if (!orphaned (n, json_str (v, "owner")))
+        continue;
+    }
+    else if ((keep1 && strcmp (n, keep1) == 0) ||
+             (keep2 && strcmp (n, keep2) == 0))
       continue;
     req = control_request (CONTROL_CHECKPOINT_DROP);
     control_request_set_string (req, "name", n);
@@ -133,7 +180,9 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
     else {
       json_array_append_new (dropped, json_string (n));
       if (!o->json)
-        backup_info ("dropped checkpoint %s (no run needs it)", n);
+        backup_info ("dropped checkpoint %s (no run needs it%s%s)", n,
+                     json_str (v, "owner") ? ", made for " : "",
+                     json_str (v, "owner") ? json_str (v, "owner") : "");
     }
     json_decref (r);
   }
@@ -338,12 +387,13 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
 
  out:
   if (o->json)
-    print_json (json_pack ("{s:s, s:b, s:O, s:o, s:o}", "dir", dir_path,
+    tool_json_result (json_pack ("{s:s, s:b, s:O, s:o, s:o}", "dir", dir_path,
                            "ok", status == EXIT_OK,
                            "removed_runs", removed,
                            "removed_files", files,
                            "dropped_checkpoints",
-                           dropped ? dropped : json_array ()));
+                           dropped ? dropped : json_array ()),
+                      status);
   else
     json_decref (files), json_decref (dropped);
   json_decref (removed);

@@ -56,6 +56,7 @@ run_command (const char *dir, char *const argv[])
              argv[0]);
     _exit (127);
   }
+  setpgid (pid, pid);           /* as the child does: whoever runs first */
   while (waitpid (pid, &st, 0) == -1) {
     if (errno != EINTR) {
       backup_error ("waitpid: %m");

@@ -81,19 +81,6 @@ verify_disk (struct nbd_handle *h, json_t *run, const unsigned char *expected,
   return r;
 }
 
-/* The document, indented, and a newline (main then prints no other:
- * tool_out.result_printed).
- */
-void
-print_json (json_t *doc)
-{
-  tool_out.result_printed = true;
-  json_dumpf (doc, stdout, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
-  fputc ('\n', stdout);
-  fflush (stdout);
-  json_decref (doc);
-}
-
 static void
 iso_now (char out[32])
 {
@@ -195,8 +182,10 @@ cmd_verify (const struct backup_options *o, const char *dir_path)
       manifest_write (d.fd, dir_path, manifest, err, sizeof err) == -1)
     backup_error ("warning: the result is not recorded: %s", err);
   if (o->json)
-    print_json (json_pack ("{s:s, s:b, s:o}", "dir", dir_path,
-                           "ok", failed == 0 && checked > 0, "runs", out));
+    tool_json_result (json_pack ("{s:s, s:b, s:o}", "dir", dir_path,
+                                 "ok", failed == 0 && checked > 0,
+                                 "runs", out),
+                      failed == 0 && checked > 0 ? EXIT_OK : EXIT_FAILED);
   else
     json_decref (out);
   json_decref (manifest);
@@ -268,8 +257,9 @@ cmd_list (const struct backup_options *o, const char *dir_path)
               : "-");
   }
   if (o->json)
-    print_json (json_pack ("{s:s, s:s?, s:o}", "dir", dir_path, "chain_id",
-                           json_str (manifest, "chain_id"), "runs", out));
+    tool_json_result (json_pack ("{s:s, s:s?, s:o}", "dir", dir_path,
+                                 "chain_id", json_str (manifest, "chain_id"),
+                                 "runs", out), EXIT_OK);
   else
     json_decref (out);
   json_decref (manifest);

@@ -100,8 +100,6 @@ extern int cmd_verify (const struct backup_options *o, const char *dir_path);
 extern int cmd_list (const struct backup_options *o, const char *dir_path);
 extern int cmd_prune (const struct backup_options *o, const char *dir_path);
 
-/* Print DOC (consumed) on stdout as one JSON document. */
-extern void print_json (json_t *doc);
 
 /* Run ARGV (no shell) with stdout to /dev/null; in DIR if not NULL.
  * 0, or -1 after a message.
