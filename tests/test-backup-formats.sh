@@ -4,7 +4,8 @@
 # snapfg-backup's images at rest: --compress=zstd|zlib (qcow2
 # compressed clusters) and --encrypt --key-file (qcow2 LUKS), for fulls
 # and incrementals; restore and verify read them; a missing or wrong key
-# is a clear error and writes nothing.  Every restore is compared byte
+# is a clear error and writes nothing; qemu-img dies with the tool
+# (SIGTERM, kill -9).  Every restore is compared byte
 # for byte with the origin saved at the run's instant.
 
 set -euo pipefail
@@ -131,6 +132,36 @@ qemu-img info "$d/0001-full.qcow2" | grep -q 'encrypted: yes' || check_fail "the
 write_random_blocks "$origin" 30 14 "$size"
 run "$d" 4 --key-file "$tmpdir/key"
 restores "$d" 4 --key-file "$tmpdir/key"
+# qemu-img dies with the tool: a key file that is a FIFO nobody writes
+# keeps qemu-img create waiting; SIGTERM stops it and the run cleans up,
+# kill -9 of the tool takes it down too (PR_SET_PDEATHSIG).
+mkfifo "$tmpdir/fifo-key"
+for sig in TERM KILL; do
+    "$SNAPFG_BACKUP" -S "$ctl" -u "$origin" backup "$tmpdir/fifo-$sig" --encrypt \
+        --key-file "$tmpdir/fifo-key" >"$tmpdir/bk.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+        child=$(pgrep -P "$pid" -x qemu-img || true)
+        [ -n "$child" ] && break
+        sleep 0.1
+    done
+    [ -n "$child" ] || { check_fail "SIG$sig: no qemu-img under the run: $(cat "$tmpdir/bk.log")"; continue; }
+    kill -$sig "$pid"
+    st=0; wait "$pid" 2>/dev/null || st=$?
+    for _ in $(seq 100); do kill -0 "$child" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$child" 2>/dev/null; then
+        check_fail "SIG$sig: qemu-img ($child) outlived snapfg-backup"
+        kill -KILL "$child" 2>/dev/null || true
+    else
+        info "ok: SIG$sig: qemu-img does not outlive snapfg-backup"
+    fi
+    if [ $sig = TERM ]; then
+        [ "$st" -eq 1 ] && [ -z "$(our_snapshots "$ctl")" ] && [ ! -e "$tmpdir/fifo-$sig" ] ||
+            check_fail "SIGTERM during qemu-img: exit $st, snapshots '$(our_snapshots "$ctl")', $(ls -a "$tmpdir/fifo-$sig" 2>&1)"
+    fi
+done
+for s in $(our_snapshots "$ctl"); do "$SNAPFGCTL" -S "$ctl" drop "$s" >/dev/null 2>&1 || true; done
+
 st=0; bk -S "$ctl" -u "$origin" backup "$tmpdir/c-zstd" --encrypt --key-file "$tmpdir/key" || st=$?
 expect_status 2 "--encrypt on an unencrypted chain" 'not encrypted' "$st"
 drop_chain_checkpoints
