@@ -76,6 +76,11 @@ expect_status "snapfg-backup --json, no server" 4 \
     json_field "$tmpdir/out" .error | grep -q "$nosock" ||
     check_fail "snapfg-backup --json without a server printed '$(cat "$tmpdir/out")'"
 
+expect_status "snapfg-backup, no NBD server" 4 \
+    "$SNAPFG_BACKUP" -S "$ctl" -u "$(uri "$nosock")" backup "$tmpdir/nonbd"
+[ -z "$(our_snapshots "$ctl")$(our_checkpoints "$ctl")" ] ||
+    check_fail "a run without its NBD server left $(our_snapshots "$ctl") $(our_checkpoints "$ctl")"
+
 # --- a socket that accepts but never answers: --timeout, status 5 -------
 mute="$tmpdir/mute.sock"
 "$PY" - "$mute" <<'EOF' &
@@ -162,5 +167,22 @@ st=0; "$SNAPFGCTL" -S "$ctl" status held >/dev/null 2>&1 || st=$?
 [ "$st" -eq 1 ] || check_fail "--drop-on-hangup left snapshot 'held' (status exit $st)"
 expect_status "snapfgctl --stdio, no server" 4 "$SNAPFGCTL" --stdio -S "$nosock"
 expect_status "snapfgctl --stdio with a command" 2 "$SNAPFGCTL" --stdio -S "$ctl" status
+
+# --- snapfgctl merge --wait --progress=always: lines without a terminal --
+msock="$tmpdir/msock"; mctl="$tmpdir/mctl"; mpid="$tmpdir/m.pid"
+make_random_image "$tmpdir/m-origin.img" $((4 * 1024 * 1024))
+# 32 exceptions, merged 16 at a time with 1 s per batch: about 2 s.
+SNAPFG_TEST_MERGE_DELAY_US=1000000 \
+    start_snapfg "$msock" "$mpid" origin="$tmpdir/m-origin.img" control="$mctl"
+"$SNAPFGCTL" -S "$mctl" create m --cow "$tmpdir/m.cow" --chunk-size 4096 >/dev/null ||
+    fail "create m failed"
+failures_io write "$(uri "$msock" origin)" 0 $((32 * 4096)) --seed 7 >/dev/null ||
+    fail "origin write of 32 chunks failed"
+expect_status "merge --wait --progress=always" 0 \
+    "$SNAPFGCTL" -S "$mctl" merge m --wait --progress=always
+grep -q '^merging m: [0-9]* of [0-9]* chunks' "$tmpdir/err" ||
+    check_fail "merge --wait --progress=always printed no progress line: $(cat "$tmpdir/err")"
+expect_status "snapfgctl --progress=sometimes" 2 "$SNAPFGCTL" -S "$mctl" status --progress=sometimes
+stop_nbdkit "$mpid"
 
 info "ok: all checks"

@@ -25,6 +25,7 @@
 #include "control-commands.h"
 #include "device.h"
 #include "snapfgctl.h"
+#include "tool-output.h"
 
 /* A size with nbdkit's suffixes (as nbdkit_parse_size takes them). */
 static int
@@ -79,6 +80,7 @@ parse_size (const char *what, const char *str, uint64_t *out)
 #define OPT_TIMEOUT 257
 #define OPT_STDIO 258
 #define OPT_DROP_ON_HANGUP 259
+#define OPT_PROGRESS 260
 #define OPT_TABLE 512           /* + index into the option_value list */
 
 int
@@ -92,6 +94,7 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
     { "timeout", required_argument, NULL, OPT_TIMEOUT },
     { "stdio", no_argument, NULL, OPT_STDIO },
     { "drop-on-hangup", no_argument, NULL, OPT_DROP_ON_HANGUP },
+    { "progress", required_argument, NULL, OPT_PROGRESS },
     { "exceptions", no_argument, NULL, 'e' },
   };
   const size_t nglobal = sizeof global / sizeof global[0];
@@ -140,6 +143,13 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
     case 'V': cl->version = true; break;
     case OPT_STDIO: cl->stdio = true; break;
     case OPT_DROP_ON_HANGUP: cl->drop_on_hangup = true; break;
+    case OPT_PROGRESS:
+      if (tool_parse_progress (optarg, &tool_out.progress) == -1) {
+        fprintf (stderr, "snapfgctl: --progress=%s: auto, always or never\n",
+                 optarg);
+        return -1;
+      }
+      break;
     case OPT_TIMEOUT: {
       char *end;
       long v;

@@ -89,14 +89,18 @@ usage (FILE *fp)
            "Options (anywhere on the line):\n"
            "  -S, --socket=SOCKET  the server's control socket\n"
            "  --json               print JSON (the server's reply)\n"
+           "  --timeout=SECONDS    wait this long for each reply (default 60,\n"
+           "                       0: no limit)\n"
+           "  --progress=auto|always|never  merge --wait's progress\n"
+           "  --stdio [--drop-on-hangup]  the socket on stdin/stdout (for ssh)\n"
            "  -h, --help           this help, or a command's\n"
-           "  --version            print the version\n"
+           "  -V, --version        print the version\n"
            "\n"
            "Sizes take nbdkit's suffixes: b, s (512-byte sectors), k, m, g, "
            "t, p, e\n(powers of 1024, either case).\n"
            "Exit status: 0 done, 1 refused by the server (or a bad store), "
-           "2 usage error,\n3 the server cannot be reached.  See "
-           "snapfgctl(1).\n",
+           "2 usage error,\n4 the server cannot be reached, 5 no reply "
+           "within --timeout.  See snapfgctl(1).\n",
            "inspect", "print the header and usage of a COW store (read only)",
            "help", "this help, or one command's");
 }

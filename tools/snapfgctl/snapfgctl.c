@@ -35,7 +35,13 @@
 static int
 wait_for_merge (struct control_client *cn, const char *name, bool quiet)
 {
-  bool tty = !quiet && isatty (STDERR_FILENO);
+  /* --progress: auto (a line redrawn on a terminal), always (also
+   * whole lines every TOOL_PROGRESS_PERIOD seconds without one), never.
+   */
+  bool tty = !quiet && isatty (STDERR_FILENO) &&
+    tool_out.progress != TOOL_PROGRESS_NEVER;
+  bool lines = !tty && tool_out.progress == TOOL_PROGRESS_ALWAYS;
+  double last_line = -1e9;
   json_t *req = control_request (CONTROL_STATUS);
   int status = EXIT_UNREACHABLE;
 
@@ -83,6 +89,14 @@ wait_for_merge (struct control_client *cn, const char *name, bool quiet)
       fprintf (stderr, "\rmerging %s: %" PRIu64 " of %" PRIu64 " chunks "
                "(%.0f%%)\033[K", name, done, total,
                total ? 100.0 * done / total : 100.0);
+    }
+    else if (lines && tool_now () - last_line >= TOOL_PROGRESS_PERIOD) {
+      uint64_t done = get_u64 (sn, "merge_done");
+      uint64_t total = get_u64 (sn, "merge_total");
+      fprintf (stderr, "merging %s: %" PRIu64 " of %" PRIu64 " chunks "
+               "(%.0f%%)\n", name, done, total,
+               total ? 100.0 * done / total : 100.0);
+      last_line = tool_now ();
     }
     json_decref (reply);
     nanosleep (&(struct timespec) { .tv_nsec = 200 * 1000 * 1000 }, NULL);
