@@ -227,6 +227,166 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   return snapshot_create (e, o);
 }
 
+/* Step 1: may this snapshot be created now?  The chunk size, the
+ * engine's list (full, a merge under way, the name taken, the store
+ * taken) and the COW path.  Says why not.
+ */
+static int
+create_check (struct snapfg_engine *e, const struct snapfg_snapshot_options *o)
+{
+  /* The one check of the chunk size, whoever asked (the plugin's
+   * parameters, the control socket, the catalogue).
+   */
+  uint64_t asked = o->chunk_size ? o->chunk_size : SNAPFG_DEFAULT_CHUNK_SIZE;
+  const char *problem = snapfg_check_chunk_size (asked > INT64_MAX ? -1
+                                                 : (int64_t) asked);
+  const char *in_use;
+  bool exists, merging, full;
+
+  if (problem) {
+    snapfg_error ("chunk-size=%" PRIu64 ": %s", asked, problem);
+    return -EINVAL;
+  }
+  {
+    SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
+    exists = engine_find_snapshot_locked (e, o->name) != NULL;
+    in_use = cow_in_use_locked (e, o->cow_path);
+    merging = e->merging != NULL;
+    full = e->nsnapshots >= e->max_snapshots;
+  }
+  if (full && !exists) {
+    too_many_snapshots (e, o->name);
+    return -EMLINK;
+  }
+  if (merging) {
+    snapfg_error ("snapshot \"%s\": a snapshot is being merged into the "
+                  "origin; no other snapshot may exist until it is done",
+                  o->name);
+    return -EBUSY;
+  }
+  if (exists) {
+    snapfg_error ("snapshot \"%s\" already exists", o->name);
+    return -EEXIST;
+  }
+  if (in_use) {
+    snapfg_error ("cow=%s: already the COW store of snapshot \"%s\"; "
+                  "every snapshot needs its own", o->cow_path, in_use);
+    return -EBUSY;
+  }
+  return lifecycle_check_cow (e, o->cow_path, o->owned);
+}
+
+/* Step 2: a store in the state directory is created and opened through
+ * the directory's descriptor, by the name the server gives it.  Returns
+ * the descriptor (the caller closes it), -1 for a store elsewhere, or
+ * -errno.
+ */
+static int
+create_open_state_dir (struct snapfg_engine *e,
+                       const struct snapfg_snapshot_options *o,
+                       struct snapfg_store_params *params)
+{
+  const char *slash;
+  int fd;
+
+  if (!o->owned)
+    return -1;
+  slash = strrchr (o->cow_path, '/');
+  if (e->catalogue == NULL || slash == NULL) {
+    snapfg_error ("snapshot \"%s\": its store %s is recorded as the state "
+                  "directory's, but there is no catalogue", o->name,
+                  o->cow_path);
+    return -EINVAL;
+  }
+  fd = catalogue_state_dir_open (e->catalogue, !params->must_exist);
+  if (fd < 0)
+    return fd;
+  params->state_dirfd = fd;
+  params->state_leaf = slash + 1;
+  return fd;
+}
+
+/* Step 3: the snapshot itself, not yet with a store (NULL: no memory). */
+static struct snapfg_snapshot *
+create_alloc (struct snapfg_engine *e, const struct snapfg_snapshot_options *o)
+{
+  struct snapfg_snapshot *s = calloc (1, sizeof *s);
+
+  if (s == NULL)
+    return NULL;
+  s->owned_cow = o->owned;
+  s->engine = e;
+  atomic_init (&s->state, SNAPSHOT_VALID);
+  atomic_init (&s->overflow, false);
+  atomic_init (&s->merged, false);
+  atomic_init (&s->refs, 1);    /* the engine's list */
+  pthread_mutex_init (&s->merge_lock, NULL);
+  s->name = strdup (o->name);
+  if (s->name == NULL || stats_init (&s->stats) < 0) {
+    pthread_mutex_destroy (&s->merge_lock);
+    free (s->name);
+    free (s);
+    return NULL;
+  }
+  return s;
+}
+
+/* Step 4: open the store and load its exceptions.  Opening may read the
+ * whole COW file: it is done before stopping the world.  A reopened
+ * store's own chunk size wins.  On failure s is gone.
+ */
+static int
+create_open_store (struct snapfg_snapshot *s,
+                   const struct snapfg_store_params *params)
+{
+  struct snapfg_engine *e = s->engine;
+  int r = store_open (params, &s->store);
+
+  if (r < 0) {
+    snapshot_free (s, false);
+    return r;                   /* -ESTALE: see snapfg_engine_restore */
+  }
+  s->chunk_size = s->store->chunk_size;
+  s->chunk_shift = s->store->chunk_shift;
+  r = exception_table_init (&s->table,
+                            e->locking == SNAPFG_LOCKING_GLOBAL
+                            ? 0 : SNAPFG_STRIPE_BITS);
+  if (r == 0) {
+    if (s->store->opened_invalid)
+      atomic_store (&s->state, SNAPSHOT_INVALID);
+    else if (s->store->ops->load)
+      r = s->store->ops->load (s->store, load_exception, s);
+  }
+  if (r < 0)
+    snapshot_discard (s);
+  return r;
+}
+
+/* Step 5: a checkpoint started at the same instant: its bitmap file is
+ * made now, outside the write side.  Checkpoints of an older snapshot of
+ * this name let go of it first.  *cpp: NULL if none was asked for.
+ */
+static int
+create_prepare_checkpoint (struct snapfg_engine *e,
+                           const struct snapfg_snapshot_options *o,
+                           struct checkpoint **cpp)
+{
+  int r;
+
+  *cpp = NULL;
+  if (o->attach == SNAPFG_ATTACH_RUNTIME)
+    checkpoint_forget_snapshot (e, o->name);
+  if (o->checkpoint == NULL)
+    return 0;
+  r = checkpoint_prepare (e, o->checkpoint, o->name, cpp);
+  if (r == 0 && o->checkpoint_owner &&
+      (r = checkpoint_set_owner (*cpp, o->checkpoint_owner)) < 0) {
+    checkpoint_abandon (e, *cpp);
+    *cpp = NULL;
+  }
+  return r;
+}
+
 static int
 snapshot_create (struct snapfg_engine *e,
                  const struct snapfg_snapshot_options *o)
@@ -255,143 +415,35 @@ snapshot_create (struct snapfg_engine *e,
     .must_exist = o->attach == SNAPFG_ATTACH_RESTORE,
   };
   struct snapfg_snapshot *s;
+  struct checkpoint *cp;
   char why[1024];
-  struct checkpoint *cp = NULL;
-  const char *problem;
-  percpu_rwlock_token token;
-  const char *in_use;
-  bool exists, merging, full;
-  int state_dirfd = -1;
-  int r;
+  int state_dirfd, r;
 
-  /* The one check of the chunk size, whoever asked (the plugin's
-   * parameters, the control socket, the catalogue).
-   */
-  {
-    uint64_t asked = o->chunk_size ? o->chunk_size
-      : SNAPFG_DEFAULT_CHUNK_SIZE;
-
-    problem = snapfg_check_chunk_size (asked > INT64_MAX ? -1
-                                       : (int64_t) asked);
-    if (problem) {
-      snapfg_error ("chunk-size=%" PRIu64 ": %s", asked, problem);
-      return -EINVAL;
-    }
-  }
-  token = percpu_rwlock_read_lock (&e->geometry);
-  exists = engine_find_snapshot_locked (e, o->name) != NULL;
-  in_use = cow_in_use_locked (e, o->cow_path);
-  merging = e->merging != NULL;
-  full = e->nsnapshots >= e->max_snapshots;
-  percpu_rwlock_read_unlock (&e->geometry, token);
-  if (full && !exists) {
-    too_many_snapshots (e, o->name);
-    return -EMLINK;
-  }
-  if (merging) {
-    snapfg_error ("snapshot \"%s\": a snapshot is being merged into the "
-                  "origin; no other snapshot may exist until it is done",
-                  o->name);
-    return -EBUSY;
-  }
-  if (exists) {
-    snapfg_error ("snapshot \"%s\" already exists", o->name);
-    return -EEXIST;
-  }
-  if (in_use) {
-    snapfg_error ("cow=%s: already the COW store of snapshot \"%s\"; "
-                  "every snapshot needs its own", o->cow_path, in_use);
-    return -EBUSY;
-  }
-  r = lifecycle_check_cow (e, o->cow_path, o->owned);
+  r = create_check (e, o);
   if (r < 0)
     return r;
-  /* A store in the state directory is created and opened through the
-   * directory's descriptor, by the name the server gives it.
-   */
-  if (o->owned) {
-    const char *slash = strrchr (o->cow_path, '/');
-
-    if (e->catalogue == NULL || slash == NULL) {
-      snapfg_error ("snapshot \"%s\": its store %s is recorded as the state "
-                    "directory's, but there is no catalogue", o->name,
-                    o->cow_path);
-      return -EINVAL;
-    }
-    state_dirfd = catalogue_state_dir_open (e->catalogue, !params.must_exist);
-    if (state_dirfd < 0)
-      return state_dirfd;
-    params.state_dirfd = state_dirfd;
-    params.state_leaf = slash + 1;
-  }
-
-  s = calloc (1, sizeof *s);
+  state_dirfd = create_open_state_dir (e, o, &params);
+  if (state_dirfd < -1)
+    return state_dirfd;
+  s = create_alloc (e, o);
   if (s == NULL) {
     close_state_dir (state_dirfd);
     return -ENOMEM;
   }
-  s->owned_cow = o->owned;
-  s->engine = e;
-  atomic_init (&s->state, SNAPSHOT_VALID);
-  atomic_init (&s->overflow, false);
-  atomic_init (&s->merged, false);
-  atomic_init (&s->refs, 1);    /* the engine's list */
-  pthread_mutex_init (&s->merge_lock, NULL);
-  s->name = strdup (o->name);
-  if (s->name == NULL || stats_init (&s->stats) < 0) {
-    free (s->name);
-    free (s);
-    close_state_dir (state_dirfd);
-    return -ENOMEM;
-  }
-  /* Opening the store may read the whole COW file: do it before stopping
-   * the world.  A reopened store's own chunk size wins.
-   */
-  r = store_open (&params, &s->store);
+  r = create_open_store (s, &params);
   close_state_dir (state_dirfd);
-  if (r < 0) {
-    snapshot_free (s, false);
-    return r;                   /* -ESTALE: see snapfg_engine_restore */
-  }
-  s->chunk_size = s->store->chunk_size;
-  s->chunk_shift = s->store->chunk_shift;
-  r = exception_table_init (&s->table,
-                            e->locking == SNAPFG_LOCKING_GLOBAL
-                            ? 0 : SNAPFG_STRIPE_BITS);
+  if (r < 0)
+    return r;
+  r = create_prepare_checkpoint (e, o, &cp);
   if (r < 0) {
     snapshot_discard (s);
     return r;
   }
-  if (s->store->opened_invalid)
-    atomic_store (&s->state, SNAPSHOT_INVALID);
-  else if (s->store->ops->load) {
-    r = s->store->ops->load (s->store, load_exception, s);
-    if (r < 0) {
-      snapshot_discard (s);
-      return r;
-    }
-  }
 
-  /* A checkpoint started at the same instant: its bitmap file is made
-   * now, outside the write side.  Checkpoints of an older snapshot of
-   * this name let go of it first.
-   */
-  if (o->attach == SNAPFG_ATTACH_RUNTIME)
-    checkpoint_forget_snapshot (e, o->name);
-  if (o->checkpoint) {
-    r = checkpoint_prepare (e, o->checkpoint, o->name, &cp);
-    if (r == 0 && o->checkpoint_owner &&
-        (r = checkpoint_set_owner (cp, o->checkpoint_owner)) < 0)
-      checkpoint_abandon (e, cp);
-    if (r < 0) {
-      snapshot_discard (s);
-      return r;
-    }
-  }
-
-  /* The snapshot's point in time: every origin write in flight holds the
-   * read side, so once we hold the write side they have all completed,
-   * and every later one sees this snapshot and copies out into it.
+  /* Step 6, the snapshot's point in time: every origin write in flight
+   * holds the read side, so once we hold the write side they have all
+   * completed, and every later one sees this snapshot and copies out
+   * into it.
    */
   {
     SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
@@ -404,7 +456,10 @@ snapshot_create (struct snapfg_engine *e,
   if (r < 0) {
     if (why[0])
       snapfg_error ("%s", why);
-    goto err_discard;
+    if (cp)
+      checkpoint_abandon (e, cp);
+    snapshot_discard (s);
+    return r;
   }
   if (cp)
     checkpoint_finish (e, cp);
@@ -414,10 +469,4 @@ snapshot_create (struct snapfg_engine *e,
                   ", COW %s", s->name, s->store->ops->name, s->chunk_size,
                   s->store->dev.path);
   return 0;
-
- err_discard:
-  if (cp)
-    checkpoint_abandon (e, cp);
-  snapshot_discard (s);
-  return r;
 }

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "cleanup.h"
+#include "control-client.h"
 #include "control-commands.h"
 #include "device.h"
 #include "snapfgctl.h"
@@ -253,12 +254,11 @@ add_arg (json_t *req, const struct control_command *c,
 json_t *
 build_request (const struct cmdline *cl, const struct control_command *c)
 {
-  json_t *req = json_object ();
+  json_t *req = control_request (c->cmd);   /* {"cmd": NAME} */
   size_t word = 1;
 
   if (req == NULL)
     return NULL;
-  json_object_set_new (req, "cmd", json_string (c->name));
 
   /* Every option given must be one of this command's. */
   for (size_t i = 0; i < cl->nopts; ++i) {
