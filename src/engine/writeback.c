@@ -592,18 +592,32 @@ committer (void *arg)
     if (wb->head == NULL)
       wb->tailp = &wb->head;
     wb->applied_seq = last->seq;
-    for (h = first; ; h = next) {
-      next = h->next;
+    for (h = first; ; h = h->next) {
       index_update (wb, h->offset, h->count, -1);
       wb->held_bytes -= h->cost;
       wb->held_writes--;
       atomic_fetch_sub (&wb->nheld, 1);
-      held_put (h);
       if (h == last)
         break;
     }
     pthread_cond_broadcast (&wb->room);
     pthread_cond_broadcast (&wb->applied);
+
+    /* Freed with the lock dropped: a round can hold thousands, and the
+     * writers need the lock meanwhile.  Nobody else follows the chain
+     * from first to last any more (readers hold references of their
+     * own).
+     */
+    pthread_mutex_unlock (&wb->lock);
+    for (h = first; ; h = next) {
+      bool end = h == last;
+
+      next = h->next;
+      held_put (h);
+      if (end)
+        break;
+    }
+    pthread_mutex_lock (&wb->lock);
   }
   pthread_mutex_unlock (&wb->lock);
   deferred_pair_vector_reset (&round);
