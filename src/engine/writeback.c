@@ -28,6 +28,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include "engine-internal.h"
 #include "writeback.h"
@@ -39,6 +40,7 @@
 
 struct held_write {
   struct held_write *next;
+  size_t mapped;                  /* mmap'd (its length), or 0: malloc'd */
   uint64_t seq;
   int op;                         /* enum origin_op */
   unsigned flags;                 /* SNAPFG_REQ_MAY_TRIM only */
@@ -128,18 +130,58 @@ ranges_overlap (uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
   return a < b + blen && b < a + alen;
 }
 
+/* Large held writes get pages of their own (mmap), so that freeing one
+ * gives its memory back at once: from the heap, glibc keeps freed
+ * megabytes (its mmap threshold grows after the first free), and the
+ * peak RSS would exceed writeback-max by what it keeps.
+ */
+#define HELD_MMAP_MIN (128 * 1024)
+
+static struct held_write *
+held_alloc (size_t data)
+{
+  size_t len = sizeof (struct held_write) + data;
+  struct held_write *h;
+
+  if (len < HELD_MMAP_MIN) {
+    h = malloc (len);
+    if (h)
+      h->mapped = 0;
+    return h;
+  }
+  h = mmap (NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+            -1, 0);
+  if (h == MAP_FAILED)
+    return NULL;
+  h->mapped = len;
+  return h;
+}
+
+static void
+held_free (struct held_write *h)
+{
+  if (h->mapped)
+    munmap (h, h->mapped);
+  else
+    free (h);
+}
+
 static void
 held_put (struct held_write *h)
 {
   if (atomic_fetch_sub (&h->refs, 1) == 1)
-    free (h);
+    held_free (h);
 }
 
 uint64_t
 writeback_cost (int op, uint32_t count)
 {
   /* The allocation's overhead counts too: writeback-max bounds memory. */
-  return sizeof (struct held_write) + 64 + (op == ORIGIN_WRITE ? count : 0);
+  uint64_t len = sizeof (struct held_write) + (op == ORIGIN_WRITE ? count : 0);
+
+  if (len >= HELD_MMAP_MIN)
+    return (len + 4095) & ~(uint64_t) 4095;     /* whole pages */
+  return len + 64;
 }
 
 uint64_t
@@ -159,7 +201,7 @@ held_new (int op, const void *buf, uint32_t count, uint64_t offset,
           unsigned flags)
 {
   size_t data = op == ORIGIN_WRITE ? count : 0;
-  struct held_write *h = malloc (sizeof *h + data);
+  struct held_write *h = held_alloc (data);
 
   if (h == NULL)
     return NULL;
@@ -222,7 +264,7 @@ writeback_hold_first (struct snapfg_engine *e, int op, const void *buf,
   pthread_mutex_lock (&wb->lock);
   if (!has_room (wb, h->cost)) {
     pthread_mutex_unlock (&wb->lock);
-    free (h);
+    held_free (h);
     *r = -EAGAIN;
     return NULL;
   }
@@ -313,7 +355,7 @@ writeback_order_after_held (struct snapfg_engine *e, int op, const void *buf,
   if (!index_overlaps (wb, offset, count)) {
     /* Applied meanwhile: nothing to go after any more. */
     pthread_mutex_unlock (&wb->lock);
-    free (h);
+    held_free (h);
     return 0;
   }
   /* Held now even past writeback-max: by at most this one write per
@@ -550,18 +592,32 @@ committer (void *arg)
     if (wb->head == NULL)
       wb->tailp = &wb->head;
     wb->applied_seq = last->seq;
-    for (h = first; ; h = next) {
-      next = h->next;
+    for (h = first; ; h = h->next) {
       index_update (wb, h->offset, h->count, -1);
       wb->held_bytes -= h->cost;
       wb->held_writes--;
       atomic_fetch_sub (&wb->nheld, 1);
-      held_put (h);
       if (h == last)
         break;
     }
     pthread_cond_broadcast (&wb->room);
     pthread_cond_broadcast (&wb->applied);
+
+    /* Freed with the lock dropped: a round can hold thousands, and the
+     * writers need the lock meanwhile.  Nobody else follows the chain
+     * from first to last any more (readers hold references of their
+     * own).
+     */
+    pthread_mutex_unlock (&wb->lock);
+    for (h = first; ; h = next) {
+      bool end = h == last;
+
+      next = h->next;
+      held_put (h);
+      if (end)
+        break;
+    }
+    pthread_mutex_lock (&wb->lock);
   }
   pthread_mutex_unlock (&wb->lock);
   deferred_pair_vector_reset (&round);
