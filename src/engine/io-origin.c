@@ -157,6 +157,18 @@ track_origin_change (struct snapfg_engine *e, uint32_t count,
     checkpoint_sync (e);
 }
 
+/* Does [offset, offset+count) reach past the origin's current end (it
+ * shrank under us)?  Then engine_origin_shrunk says so once and
+ * invalidates every snapshot that lost data to it.
+ */
+static bool
+origin_change_past_end (struct snapfg_engine *e, uint32_t count,
+                        uint64_t offset)
+{
+  /* (It looks at the file's size only for an -EIO.) */
+  return engine_origin_shrunk (e, -EIO, offset + count);
+}
+
 /* A first write under write-back: registered as held before its
  * copy-outs (whose commits are left to the committer), acknowledged once
  * they are written.  Returns 0 (held), -EAGAIN (no room: the caller
@@ -170,6 +182,14 @@ hold_first_write (struct snapfg_engine *e, enum origin_op op,
   struct held_write *h;
   int r;
 
+  /* Past the end of a shrunk origin the change would fail when the
+   * committer applies it, after the client was told it succeeded: fail
+   * it now, as writeback=off does.  (A copy-out whose read fails there
+   * does not fail the request: the snapshot that lost the data just
+   * becomes Invalid, and the change goes ahead.)
+   */
+  if (origin_change_past_end (e, count, offset))
+    return -EIO;
   h = writeback_hold_first (e, op, buf, count, offset, flags, &r);
   if (h == NULL)
     return r;
