@@ -205,6 +205,18 @@ write_piece (struct copy_job *job, struct slot *s, const bool *zero,
     i = j;
     if (zero[j - 1] && !job->write_zeroes)
       continue;
+    if (job->direct) {
+      /* A new plain full: into the file, at the cluster's place.  Zero
+       * runs never come here (a new image reads as zero already).
+       */
+      if (direct_pwrite (job->direct, s->buf + (off - s->offset), len,
+                         off) == -1) {
+        s->error = errno;
+        break;
+      }
+      job->bytes_written += len;
+      continue;
+    }
     s->writes++;
     if (zero[j - 1])
       c = nbd_aio_zero (job->dst, len, off,
@@ -327,7 +339,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
         }
         job->bytes_read += s->length;
         nblocks = scan_blocks (job, s, zero_sum, zero);
-        if (job->dst == NULL || failed) {
+        if ((job->dst == NULL && job->direct == NULL) || failed) {
           s->state = SLOT_IDLE;
           in_flight--;
           done += s->length;

@@ -83,7 +83,8 @@ add_secret (char **argv, size_t *n, const struct image_access *a,
 
 int
 image_create (int dirfd, const char *dir, const char *name, uint64_t size,
-              const char *backing, const struct image_access *a)
+              const char *backing, const struct image_access *a,
+              int *keep_fd)
 {
   char size_arg[32], path[64], secret[PATH_MAX * 2 + 64], opts[256];
   char *argv[24];
@@ -129,6 +130,8 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
   }
   if (a && a->compress && strcmp (a->compress, "zstd") == 0)
     strcat (strcat (opts, opts[0] ? "," : ""), "compression_type=zstd");
+  if (keep_fd)
+    strcat (strcat (opts, opts[0] ? "," : ""), "preallocation=metadata");
   if (opts[0]) {
     argv[n++] = "-o";
     argv[n++] = opts;
@@ -155,7 +158,10 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
     close (fd);
     return -2;
   }
-  close (fd);
+  if (r == 0 && keep_fd)
+    *keep_fd = fd;
+  else
+    close (fd);
   return r;
 }
 

@@ -456,7 +456,9 @@ static int
 run_copy (struct run *r)
 {
   char err[1024], *stop_env;
-  int c;
+  struct direct_map direct = { .fd = -1 };
+  bool plain_full;
+  int c, fd = -1;
 
   /* More connections when the server says they see the same data. */
   if (nbd_can_multi_conn (r->src[0]) == 1)
@@ -467,19 +469,33 @@ run_copy (struct run *r)
       r->nsrc++;
     }
   test_pause ("before-image");
+  /* A new plain full image is written by this tool directly (see
+   * snapfg-backup-direct.c); the others go through qemu-nbd, which
+   * knows compressed clusters, encryption and backing files.
+   */
+  plain_full = r->kind == RUN_FULL && r->backing == NULL &&
+    r->access.key_file == NULL && r->access.compress == NULL;
   c = image_create (r->d.fd, r->dir_path, r->partial, r->size, r->backing,
-                    &r->access);
+                    &r->access, plain_full ? &fd : NULL);
   if (c == -2)
     return -1;
   r->image_made = true;
   if (c == -1)
     return -1;
-  r->dst = image_open (r->dir_path, r->partial,
-                       1 + r->base_depth,
-                       &r->access, false);
-  if (r->dst == NULL)
-    return -1;
-  if ((uint64_t) nbd_get_size (r->dst) != r->size) {
+  if (fd >= 0 && direct_map_read (fd, r->size, &direct) == -1) {
+    backup_info ("%s/%s: not laid out as expected for direct writes; "
+                 "writing it through qemu-nbd", r->dir_path, r->partial);
+    close (fd);
+    fd = -1;
+  }
+  if (fd == -1) {
+    r->dst = image_open (r->dir_path, r->partial,
+                         1 + r->base_depth,
+                         &r->access, false);
+    if (r->dst == NULL)
+      return -1;
+  }
+  if (r->dst && (uint64_t) nbd_get_size (r->dst) != r->size) {
     backup_error ("%s/%s: qemu-nbd serves %" PRId64 " bytes, expected %"
                   PRIu64, r->dir_path, r->partial, nbd_get_size (r->dst),
                   r->size);
@@ -489,6 +505,7 @@ run_copy (struct run *r)
   r->job.src = r->src;
   r->job.nsrc = r->nsrc;
   r->job.dst = r->dst;
+  r->job.direct = fd >= 0 ? &direct : NULL;
   r->job.ranges = r->ranges;
   r->job.nranges = r->nranges;
   r->job.size = r->size;
@@ -501,7 +518,28 @@ run_copy (struct run *r)
   stop_env = getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER");
   if (stop_env)
     r->job.stop_after = strtoull (stop_env, NULL, 10);
-  if (copy_run (&r->job, err, sizeof err) == -1) {
+  c = copy_run (&r->job, err, sizeof err);
+  r->job.direct = NULL;
+  if (fd >= 0) {
+    /* Durable before the manifest names it, as qemu-nbd's flush and
+     * the fsync below make the other images.
+     */
+    direct_map_free (&direct);
+    if (c == 0 && fsync (fd) == -1) {
+      backup_error ("%s/%s: fsync: %m", r->dir_path, r->partial);
+      c = -1;
+      err[0] = '\0';
+    }
+    close (fd);
+    if (c == -1) {
+      if (err[0])
+        backup_error ("backup of snapshot %s failed: %s", r->name, err);
+      return -1;
+    }
+    test_pause ("after-copy");
+    return 0;
+  }
+  if (c == -1) {
     backup_error ("backup of snapshot %s failed: %s", r->name, err);
     return -1;
   }

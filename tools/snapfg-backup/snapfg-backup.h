@@ -220,10 +220,32 @@ extern size_t normalise_ranges (struct copy_range *r, size_t n,
 
 /* --- copy engine --- */
 
+/* Where a new plain full image keeps each guest offset, read back from
+ * the image qemu-img made with preallocation=metadata (direct.c).
+ */
+struct direct_map {
+  int fd;                       /* the image file, open for writing */
+  uint64_t span;                /* guest bytes per L2 table */
+  size_t tables;
+  uint64_t *base;               /* file offset - guest offset, per table */
+  uint64_t unflushed;           /* bytes written since writeback was started */
+};
+
+/* 0 with M filled if the image in FD (of SIZE) has every cluster
+ * allocated and laid out as expected; -1 otherwise (write it through
+ * qemu-nbd then).
+ */
+extern int direct_map_read (int fd, uint64_t size, struct direct_map *m);
+extern int direct_pwrite (struct direct_map *m, const char *buf,
+                          uint64_t len, uint64_t off);
+extern void direct_map_free (struct direct_map *m);
+
 struct copy_job {
   struct nbd_handle **src;      /* connections to the snapshot */
   size_t nsrc;
   struct nbd_handle *dst;       /* the image being written; NULL: verify */
+  struct direct_map *direct;    /* or the image's file, written
+                                      directly (a new plain full) */
   const struct copy_range *ranges; /* sorted, disjoint, block aligned */
   size_t nranges;
   uint64_t size;                /* disk size (the last block may be short) */
@@ -303,11 +325,14 @@ struct image_access {
  * write a qcow2 image of SIZE into that very file (through
  * /proc/self/fd/N, so no name in the directory is followed), over
  * BACKING (a name relative to the directory, or NULL).  Checks that the
- * name still is the file created.  0, or -1 after a message.
+ * name still is the file created.  0, or -1 after a message.  With
+ * KEEP_FD, the image is made with preallocation=metadata (every cluster
+ * placed, the file sparse) and *KEEP_FD is the file, open for writing
+ * (direct_map_read).
  */
 extern int image_create (int dirfd, const char *dir, const char *name,
                          uint64_t size, const char *backing,
-                         const struct image_access *a);
+                         const struct image_access *a, int *keep_fd);
 /* Open DIR/NAME, a qcow2 image over DEPTH - 1 backing images, through
  * qemu-nbd (read-only, or writable with A's compression).
  */
