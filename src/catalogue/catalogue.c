@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "catalogue.h"
+#include "file-owner.h"
 #include "catalogue-internal.h"
 #include "device.h"
 #include "scoped-lock.h"
@@ -73,35 +74,6 @@ check_catalogue_dir (struct catalogue *cat)
                   "the catalogue elsewhere", cat->path, cat->dir_path,
                   st.st_mode & S_IWOTH ? "every user" : "its group",
                   (unsigned) (st.st_mode & 07777), cat->dir_path);
-    return -EPERM;
-  }
-  return 0;
-}
-
-int
-catalogue_check_owner (int fd, const char *path, bool directory)
-{
-  struct stat st;
-
-  if (fstat (fd, &st) == -1) {
-    int r = -errno;
-    snapfg_error ("%s: %m", path);
-    return r;
-  }
-  if (st.st_uid != geteuid ()) {
-    snapfg_error ("%s: owned by user %u, not by this server's user (%u): "
-                  "the server only reads and writes state %s its own user "
-                  "owns; chown %u %s (or run the server as the owner)", path,
-                  (unsigned) st.st_uid, (unsigned) geteuid (),
-                  directory ? "directories" : "files",
-                  (unsigned) geteuid (), path);
-    return -EPERM;
-  }
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    snapfg_error ("%s: writable by %s (mode %04o): whoever can write it "
-                  "can change what the server serves; chmod go-w %s", path,
-                  st.st_mode & S_IWOTH ? "every user" : "its group",
-                  (unsigned) (st.st_mode & 07777), path);
     return -EPERM;
   }
   return 0;
@@ -167,7 +139,7 @@ check_state_file (struct catalogue *cat, int dirfd, const char *path)
   fd = openat (dirfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1)
     return 0;
-  r = catalogue_check_owner (fd, path, false);
+  r = file_check_owner (fd, path, false);
   close (fd);
   return r;
 }
@@ -260,7 +232,7 @@ catalogue_open (const char *path, const struct catalogue_origin *origin,
   r = catalogue_open_locked (cat, &created);
   if (r < 0)
     goto err;
-  r = catalogue_check_owner (cat->fd, cat->path, false);
+  r = file_check_owner (cat->fd, cat->path, false);
   if (r < 0)
     goto err;
   cat->created_now = created;
@@ -387,7 +359,7 @@ catalogue_state_dir_open (struct catalogue *cat, bool create)
                     cat->path, cat->state_dir);
     return r;
   }
-  r = catalogue_check_owner (fd, cat->state_dir, true);
+  r = file_check_owner (fd, cat->state_dir, true);
   if (r < 0) {
     close (fd);
     return r;

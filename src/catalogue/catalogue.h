@@ -132,12 +132,6 @@ extern char *catalogue_state_file (struct catalogue *cat, const char *name,
  * or a negative errno after logging why.
  */
 extern int catalogue_state_dir_open (struct catalogue *cat, bool create);
-/* Check that the file or directory open as fd (a state file, called
- * path) is owned by this process's user and not writable by its group
- * or others (as OpenSSH's StrictModes); logs what is wrong and how to
- * fix it (chown, chmod) and returns -EPERM.
- */
-extern int catalogue_check_owner (int fd, const char *path, bool directory);
 /* Does path name a file that the server itself writes: FILE, FILE.tmp,
  * anything in FILE.d (a link to one of them included)?  Such a file can
  * never be a COW store given by path.  If so, says which in why.

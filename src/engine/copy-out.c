@@ -24,30 +24,6 @@ enum claim {
   CLAIM_BUSY,                   /* someone else is copying it (no wait asked) */
 };
 
-/* State D: the chunk is remapped and no copy of it is in progress.  The
- * one test of it, called with the stripe lock held; *new_chunk (if not
- * NULL) is where the copy is.
- */
-static bool
-remapped_locked (const struct exception_stripe *stripe, uint64_t chunk,
-                 uint64_t *new_chunk)
-{
-  return exception_stripe_lookup (stripe, chunk, new_chunk) &&
-    !exception_stripe_is_pending (stripe, chunk);
-}
-
-bool
-snapshot_chunk_is_remapped (struct snapfg_snapshot *s, uint64_t chunk)
-{
-  struct exception_stripe *stripe = exception_table_stripe (&s->table, chunk);
-  bool remapped;
-
-  exception_stripe_lock (stripe);
-  remapped = remapped_locked (stripe, chunk, NULL);
-  exception_stripe_unlock (stripe);
-  return remapped;
-}
-
 /* Under the stripe lock, wait until the chunk is either remapped with no
  * copy in progress (state D: CLAIM_REMAPPED), or not remapped at all
  * (state A: register 'pe' as its pending exception, CLAIM_OWNED).  With
@@ -69,7 +45,7 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
       exception_stripe_unlock (stripe);
       return -EIO;
     }
-    if (remapped_locked (stripe, chunk, new_chunk)) {  /* D */
+    if (exception_stripe_remapped (stripe, chunk, new_chunk)) {  /* D */
       exception_stripe_unlock (stripe);
       return CLAIM_REMAPPED;
     }

@@ -38,10 +38,5 @@ extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
                                     uint64_t first, uint64_t last,
                                     bool defer);
 
-/* Is the chunk remapped in s with no copy of it in progress (state D)?
- * Takes the chunk's stripe lock.
- */
-extern bool snapshot_chunk_is_remapped (struct snapfg_snapshot *s,
-                                        uint64_t chunk);
 
 #endif

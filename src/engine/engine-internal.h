@@ -146,7 +146,7 @@ extern void snapshot_invalidate (struct snapfg_snapshot *s, const char *why,
 
 /* The kinds of origin change (io-origin.c, merge.c, writeback.c). */
 enum origin_op { ORIGIN_READ, ORIGIN_WRITE, ORIGIN_ZERO, ORIGIN_TRIM };
-/* Change the origin itself, once every snapshot holds its copy (io-origin.c;
+/* Change the origin itself, once every snapshot holds its copy (origin-device.c;
  * the committer applies held writes with it).  Logs a failure.
  */
 extern int origin_apply_change (struct snapfg_engine *e, enum origin_op op,
@@ -167,13 +167,18 @@ extern bool engine_origin_shrunk (struct snapfg_engine *e, int r,
  */
 extern pthread_mutex_t engine_live_lock;
 
-/* The snapshot list (engine.c), kept under the geometry lock: the
+/* The snapshot list (engine-snapshot.c), kept under the geometry lock: the
  * snapshot named NAME (NULL: none) and the smallest chunk size (0: no
  * snapshot).  Called with the geometry lock held, either side.
  */
 extern struct snapfg_snapshot *
 engine_find_snapshot_locked (struct snapfg_engine *e, const char *name);
 extern uint32_t engine_min_chunk_size (const struct snapfg_engine *e);
+/* Is the chunk remapped in s with no copy of it in progress (state D)?
+ * Takes the chunk's stripe lock (engine-snapshot.c).
+ */
+extern bool snapshot_chunk_is_remapped (struct snapfg_snapshot *s,
+                                        uint64_t chunk);
 /* On and off the list of live snapshots (engine_live_lock,
  * engine-snapshot.c), which outlives a drop while connections hold the
  * snapshot.

@@ -106,61 +106,6 @@ snapfg_snapshot_cow_owned (const struct snapfg_snapshot *s)
   return s->owned_cow;
 }
 
-int
-snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
-{
-  struct snapfg_snapshot *s = NULL;
-  bool merging = false;
-  int r;
-
-  /* The write side: requests in flight on any view finish first, and no
-   * origin write is between its copy-outs and its data write.
-   */
-  {
-    SCOPED_GEOMETRY_WRITE_LOCK (&e->geometry);
-    size_t i;
-
-    /* The committer may still hold exceptions of this snapshot to
-     * commit: let it finish with them before the store goes.
-     */
-    writeback_drain (e);
-
-    for (i = 0; i < e->nsnapshots; ++i) {
-      if (strcmp (e->snapshots[i]->name, name) == 0) {
-        s = e->snapshots[i];
-        break;
-      }
-    }
-    merging = s && s == e->merging;
-    /* The catalogue forgets it first: if that cannot be written (a full
-     * file system), the drop fails and nothing changes.
-     */
-    if (s && !merging && (r = lifecycle_unrecord_locked (e, s, "dropped")) < 0)
-      return r;
-    if (s && !merging) {
-      memmove (&e->snapshots[i], &e->snapshots[i + 1],
-               (e->nsnapshots - i - 1) * sizeof *e->snapshots);
-      e->nsnapshots--;
-      e->min_chunk_size = engine_min_chunk_size (e);
-      atomic_store (&s->state, SNAPSHOT_DROPPED);
-    }
-  }
-
-  if (merging) {
-    snapfg_error ("drop: snapshot \"%s\" is being merged into the origin",
-                  name);
-    return -EBUSY;
-  }
-  if (s == NULL) {
-    snapfg_error ("drop: no snapshot named \"%s\"", name);
-    return -ENOENT;
-  }
-  snapfg_debug ("snapshot %s dropped (COW %s)", s->name, s->store->dev.path);
-  lifecycle_forget (e, s, "dropped");
-  snapfg_snapshot_put (s);      /* the list's reference */
-  return 0;
-}
-
 static int
 compare_chunks (const void *a, const void *b)
 {
@@ -339,4 +284,37 @@ snapshot_invalidate (struct snapfg_snapshot *s, const char *why, int err)
                   "are lost: drop it (snapfgctl drop %s) and create a new "
                   "one%s", s->name, s->store->dev.path, why, s->name, next);
   s->store->ops->invalidate (s->store);
+}
+
+/* The smallest chunk size over all snapshots (or 0). */
+uint32_t
+engine_min_chunk_size (const struct snapfg_engine *e)
+{
+  uint32_t min = 0;
+
+  for (size_t i = 0; i < e->nsnapshots; ++i)
+    if (min == 0 || e->snapshots[i]->chunk_size < min)
+      min = e->snapshots[i]->chunk_size;
+  return min;
+}
+
+struct snapfg_snapshot *
+engine_find_snapshot_locked (struct snapfg_engine *e, const char *name)
+{
+  for (size_t i = 0; i < e->nsnapshots; ++i)
+    if (strcmp (e->snapshots[i]->name, name) == 0)
+      return e->snapshots[i];
+  return NULL;
+}
+
+bool
+snapshot_chunk_is_remapped (struct snapfg_snapshot *s, uint64_t chunk)
+{
+  struct exception_stripe *stripe = exception_table_stripe (&s->table, chunk);
+  bool remapped;
+
+  exception_stripe_lock (stripe);
+  remapped = exception_stripe_remapped (stripe, chunk, NULL);
+  exception_stripe_unlock (stripe);
+  return remapped;
 }

@@ -27,16 +27,6 @@
 #include "snapfg-log.h"
 
 const char *
-snapfg_check_chunk_size (int64_t chunk_size)
-{
-  if (chunk_size < SNAPFG_MIN_CHUNK_SIZE || chunk_size > SNAPFG_MAX_CHUNK_SIZE)
-    return "must be between 512 and 1M";
-  if (!is_power_of_two (chunk_size))
-    return "must be a power of two";
-  return NULL;
-}
-
-const char *
 snapfg_check_store_type (const char *store_type)
 {
   if (store_type_find (store_type) == NULL)
@@ -219,27 +209,6 @@ snapfg_engine_close (struct snapfg_engine *e)
   free (e);
 }
 
-/* The smallest chunk size over all snapshots (or 0). */
-uint32_t
-engine_min_chunk_size (const struct snapfg_engine *e)
-{
-  uint32_t min = 0;
-
-  for (size_t i = 0; i < e->nsnapshots; ++i)
-    if (min == 0 || e->snapshots[i]->chunk_size < min)
-      min = e->snapshots[i]->chunk_size;
-  return min;
-}
-
-struct snapfg_snapshot *
-engine_find_snapshot_locked (struct snapfg_engine *e, const char *name)
-{
-  for (size_t i = 0; i < e->nsnapshots; ++i)
-    if (strcmp (e->snapshots[i]->name, name) == 0)
-      return e->snapshots[i];
-  return NULL;
-}
-
 int
 snapfg_set_block_size (struct snapfg_engine *e, uint32_t block_size)
 {
@@ -292,49 +261,6 @@ snapfg_preferred_size (struct snapfg_engine *e, struct snapfg_snapshot *s)
   uint32_t preferred = s ? s->chunk_size : e->min_chunk_size;
 
   return preferred > e->block_size ? preferred : e->block_size;
-}
-
-/* Does s hold its own copy of every chunk of [first, last]? */
-static bool
-snapshot_holds_chunks (struct snapfg_snapshot *s, uint64_t first,
-                       uint64_t last)
-{
-  for (uint64_t chunk = first; chunk <= last; ++chunk)
-    if (!snapshot_chunk_is_remapped (s, chunk))
-      return false;
-  return true;
-}
-
-bool
-engine_origin_shrunk (struct snapfg_engine *e, int r, uint64_t end)
-{
-  uint64_t now, seen;
-
-  if (r != -EIO || device_current_size (&e->origin, &now) < 0 || now >= end)
-    return false;               /* a real I/O error */
-  seen = atomic_load (&e->origin_size_seen);
-  while (now != seen)
-    if (atomic_compare_exchange_weak (&e->origin_size_seen, &seen, now)) {
-      snapfg_error ("origin=%s: the file shrank to %" PRIu64 " bytes "
-                    "under the running server (it had %" PRIu64 " bytes "
-                    "at start-up); requests past %" PRIu64 " fail with EIO",
-                    e->origin.path, now, e->size, now);
-      /* What was past the new end is gone: a snapshot that still read
-       * any of it from the origin has lost that data for good (dm, too,
-       * invalidates a snapshot whose copy fails).
-       */
-      for (size_t i = 0; i < e->nsnapshots; ++i) {
-        struct snapfg_snapshot *s = e->snapshots[i];
-
-        if (snapshot_is_valid (s) &&
-            !snapshot_holds_chunks (s, now >> s->chunk_shift,
-                                    (e->size - 1) >> s->chunk_shift))
-          snapshot_invalidate (s, "the origin shrank, and the data it "
-                               "lost was not copied out", 0);
-      }
-      break;
-    }
-  return true;
 }
 
 int

@@ -15,6 +15,7 @@
 
 #include "device.h"
 #include "stats.h"
+#include "chunk-size.h"         /* SNAPFG_{MIN,MAX}_CHUNK_SIZE, snapfg_check_chunk_size */
 
 struct snapfg_engine;
 struct snapfg_snapshot;
@@ -24,8 +25,6 @@ enum snapfg_locking {
   SNAPFG_LOCKING_GLOBAL,      /* one mutex over all exception state */
 };
 
-#define SNAPFG_MIN_CHUNK_SIZE 512
-#define SNAPFG_MAX_CHUNK_SIZE (1024 * 1024)
 #define SNAPFG_DEFAULT_CHUNK_SIZE 4096
 #define SNAPFG_DEFAULT_BLOCK_SIZE 512
 
@@ -134,7 +133,6 @@ extern int snapfg_engine_restore (struct snapfg_engine *e);
  * return NULL if the value is fine, else a message saying what is wrong.
  */
 extern const char *snapfg_check_store_type (const char *store_type);
-extern const char *snapfg_check_chunk_size (int64_t chunk_size);
 extern const char *snapfg_check_block_size (int64_t block_size);
 /* A snapshot name: UTF-8, no control characters, 1 to
  * SNAPFG_MAX_NAME_LEN bytes, not "origin".  The rule every snapshot

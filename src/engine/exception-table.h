@@ -117,6 +117,18 @@ extern bool exception_stripe_lookup (const struct exception_stripe *s,
                                      uint64_t old_chunk, uint64_t *new_chunk);
 extern bool exception_stripe_is_pending (const struct exception_stripe *s,
                                          uint64_t old_chunk);
+
+/* State D: the chunk is remapped and no copy of it is in progress.  The
+ * one test of it, called with the stripe lock held; *new_chunk (if not
+ * NULL) is where the copy is.
+ */
+static inline bool
+exception_stripe_remapped (const struct exception_stripe *stripe,
+                           uint64_t chunk, uint64_t *new_chunk)
+{
+  return exception_stripe_lookup (stripe, chunk, new_chunk) &&
+    !exception_stripe_is_pending (stripe, chunk);
+}
 extern bool exception_stripe_has_tracked_reads (const struct exception_stripe *s,
                                                 uint64_t old_chunk);
 

@@ -106,44 +106,6 @@ prepare_origin_change (struct snapfg_engine *e, uint32_t count,
   return 0;
 }
 
-/* Do a change to the origin once every snapshot holds its copy. */
-int
-origin_apply_change (struct snapfg_engine *e, enum origin_op op,
-                     const void *buf, uint32_t count, uint64_t offset,
-                     unsigned flags)
-{
-  bool fast = flags & SNAPFG_REQ_FAST_ZERO;
-  int r = 0;
-
-  switch (op) {
-  case ORIGIN_WRITE:
-    engine_fault_point (e, FAULT_BEFORE_ORIGIN_WRITE);
-    r = device_pwrite (&e->origin, buf, count, offset);
-    break;
-  case ORIGIN_ZERO:
-    r = device_zero (&e->origin, count, offset,
-                     flags & SNAPFG_REQ_MAY_TRIM, fast);
-    if (r == -EOPNOTSUPP && fast)
-      return -ENOTSUP;          /* not an error: the client writes zeroes */
-    break;
-  case ORIGIN_TRIM:
-    r = device_punch (&e->origin, count, offset);
-    if (r == -EOPNOTSUPP)
-      r = 0;                    /* trim is advisory */
-    break;
-  case ORIGIN_READ:
-    return -EINVAL;
-  }
-  if (r == 0 && (flags & SNAPFG_REQ_FUA))
-    r = device_flush (&e->origin);
-  if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
-    snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
-                  " failed: %s", e->origin.path,
-                  op == ORIGIN_WRITE ? "write" : op == ORIGIN_ZERO ? "zero"
-                  : "trim", count, offset, strerror (-r));
-  return r;
-}
-
 /* Record the change in the active checkpoint before making it (its bit
  * reaches the bitmap file first: see cbt-bitmap.h); with FUA the bitmap
  * is synced too, before the origin is.

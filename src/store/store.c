@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "store.h"
-#include "catalogue.h"
+#include "file-owner.h"
 #include "file-create.h"
 #include "exception-table.h"
 #include "snapfg-log.h"
@@ -115,7 +115,7 @@ open_in_state_dir (const struct snapfg_store_params *params,
     goto fail;
   }
   if (params->must_exist) {
-    r = catalogue_check_owner (fd, params->path, false);
+    r = file_check_owner (fd, params->path, false);
     if (r < 0)
       goto fail;
   }
