@@ -81,7 +81,7 @@ struct writeback {
   atomic_uint_least64_t nheld;    /* lock-free "anything held?" */
 
   pthread_t thread;
-  bool running;
+  _Atomic bool running;         /* read unlocked by flushes and drains */
   atomic_bool stop;
   /* Test hook: SNAPFG_TEST_WRITEBACK_PAUSE=FILE holds every write back
    * (no round starts) while FILE exists, except at a stop.

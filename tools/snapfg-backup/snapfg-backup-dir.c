@@ -5,7 +5,7 @@
  * Opening and locking it (one run at a time), the names of the files a
  * run writes, whether a directory without a manifest may start a chain,
  * and removing what an interrupted run left behind (see the order of a
- * run at the top of snapfg-backup.c).
+ * run at the top of snapfg-backup-main.c).
  */
 
 #include <config.h>

@@ -6,7 +6,7 @@
  * (all its data, or what changed since the previous run's checkpoint)
  * into a new qcow2 image, the run recorded in the manifest, the older
  * checkpoint dropped; the crash-safe order is at the top of
- * snapfg-backup.c.  On failure the server is left as the run found it.
+ * snapfg-backup-main.c.  On failure the server is left as the run found it.
  */
 
 #include <config.h>
@@ -560,7 +560,7 @@ run_copy (struct run *r)
 
 /* 8. The snapshot has served its purpose; the sums, then the manifest,
  * then the image's rename (the crash-safe order at the top of
- * snapfg-backup.c).
+ * snapfg-backup-main.c).
  */
 static int
 run_record (struct run *r)

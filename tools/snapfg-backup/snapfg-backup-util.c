@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg-backup: running other programs (qemu-img) and the report that
- * ends a run.  Here rather than in snapfg-backup.c, so that the command
+ * ends a run.  Here rather than in snapfg-backup-main.c, so that the command
  * files never call back into the file of main.
  */
 

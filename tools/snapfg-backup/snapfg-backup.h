@@ -3,7 +3,7 @@
 /* snapfg-backup: full and incremental backups of a snapfg origin into a
  * chain of qcow2 images.  Declarations shared by its source files:
  *
- *   snapfg-backup.c           the command line (main)
+ *   snapfg-backup-main.c      the command line (main)
  *   snapfg-backup-util.c      running qemu-img; the line that ends a run
  *   snapfg-backup-session.c   the session with the server: the control
  *                             connection, local or over SSH (-H), and

@@ -48,6 +48,7 @@
 #include <signal.h>
 
 #include "snapfg-backup.h"
+#include "cleanup.h"
 
 /* Each command's synopsis: in --help and in its usage error. */
 #define BACKUP_SYNOPSIS "snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full | --diff] [--compress[=zstd|zlib]] [--encrypt] [--key-file F]"
@@ -168,7 +169,9 @@ main (int argc, char *argv[])
   int c, status;
 
   tool_out.prog = "snapfg-backup";
-  o.ssh_options = calloc (argc + 1, sizeof *o.ssh_options);
+  /* Freed on every way out of main, the early usage returns included. */
+  CLEANUP_FREE char **ssh_options = calloc (argc + 1, sizeof *ssh_options);
+  o.ssh_options = ssh_options;
   if (o.ssh_options == NULL) {
     perror ("snapfg-backup");
     return EXIT_FAILED;
@@ -342,6 +345,5 @@ main (int argc, char *argv[])
    */
   if (tool_out.json && !tool_out.result_printed)
     tool_json_result (json_pack ("{s:s}", "command", cmd), status);
-  free (o.ssh_options);
   return status;
 }

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* snapfg: the engine — opening and closing the origin, its geometry
- * (size, block size, the shrinking-origin check) and flush.  Snapshots
- * are created in engine-snapshot-create.c and looked up, dropped and
- * described in engine-snapshot.c; the test hooks are engine-test-hooks.c;
- * the request paths are io-origin.c, io-snapshot.c and copy-out.c.
+/* snapfg: the top of the engine — opening the origin, starting the
+ * background threads (merge, write-back), closing in order, its geometry
+ * (size, block size) and flush.  Nothing below calls up into this file
+ * (docs/design.md section 9).  Snapshots are created in
+ * engine-snapshot-create.c, dropped in engine-snapshot-drop.c and looked
+ * up and described in engine-snapshot.c; the test hooks are
+ * engine-test-hooks.c; the request paths are io-origin.c, io-snapshot.c
+ * and copy-out.c; a shrunk origin is noticed in origin-device.c.
  */
 
 #include <config.h>
