@@ -261,10 +261,10 @@ export PATH="$bindir:$PATH"
 common="halt_on_error=1 exitcode=66"
 case $kind in
     thread)
-        export TSAN_OPTIONS="$common second_deadlock_stack=1 log_path=$reports/tsan ${TSAN_OPTIONS:-}"
+        export TSAN_OPTIONS="$common second_deadlock_stack=1 log_exe_name=1 log_path=$reports/tsan ${TSAN_OPTIONS:-}"
         ;;
     address)
-        export ASAN_OPTIONS="$common detect_leaks=1 log_path=$reports/asan ${ASAN_OPTIONS:-}"
+        export ASAN_OPTIONS="$common detect_leaks=1 log_exe_name=1 log_path=$reports/asan ${ASAN_OPTIONS:-}"
         # UBSan prints its reports on stderr (it ignores log_path when it
         # runs beside ASan) and stops the process (-fno-sanitize-recover).
         export UBSAN_OPTIONS="$common print_stacktrace=1 ${UBSAN_OPTIONS:-}"

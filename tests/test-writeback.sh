@@ -25,6 +25,9 @@
 #     goes ahead.
 #  6. writeback=off: every acknowledged write is on the origin file at
 #     once (today's behaviour), and stats say off.
+#  7. Stores whose commit waits for no sync (store=transient,
+#     durability=flush) are not held for under writeback=on: their
+#     first writes are on the origin file at once, nothing is held.
 set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
@@ -236,5 +239,23 @@ files_equal "$origin" "$model" "writeback=off: the file holds every acknowledged
 export_equals "$(uri "$sock" snapshot)" "$pristine" "writeback=off: snapshot == pristine"
 stop_nbdkit "$pid"
 rm -f "$pause"
+
+# ---- 7. stores whose commit does not wait ------------------------------
+for store_args in "store=transient" "store=persistent durability=flush"; do
+    info "=== 7. writeback=on, $store_args: first writes are not held"
+    fresh
+    # shellcheck disable=SC2086
+    SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+        origin="$origin" cow="$cow" control="$ctlsock" writeback=on $store_args
+    touch "$pause"             # would hold them, were they held
+    wbio fill "$sock" "$model" 50 "$seed" || true
+    files_equal "$origin" "$model" "$store_args: the file holds every acknowledged write"
+    [ "$(stat_field writeback)" = true ] || check_fail "stats: writeback is not on"
+    [ "$(stat_field writeback_held_bytes)" = 0 ] ||
+        check_fail "$store_args: bytes held for a store that commits without a sync"
+    export_equals "$(uri "$sock" snapshot)" "$pristine" "$store_args: snapshot == pristine"
+    stop_nbdkit "$pid"
+    rm -f "$pause"
+done
 
 finish

@@ -51,18 +51,21 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
   return r;
 }
 
-/* Would changing [offset, offset+count) need a copy-out in any snapshot?
- * (Read-only: used to refuse fast zero requests.)
+/* Would changing [offset, offset+count) need a copy-out in any snapshot
+ * (with syncing_only, in any whose store's commit waits for the disk)?
+ * (Read-only: used to refuse fast zero requests and to decide whether
+ * write-back holds the change.)
  */
 static bool
-needs_copy_out (struct snapfg_engine *e, uint32_t count, uint64_t offset)
+needs_copy_out (struct snapfg_engine *e, uint32_t count, uint64_t offset,
+                bool syncing_only)
 {
   for (size_t i = 0; i < e->nsnapshots; ++i) {
     struct snapfg_snapshot *s = e->snapshots[i];
     uint64_t first = offset >> s->chunk_shift;
     uint64_t last = (offset + count - 1) >> s->chunk_shift;
 
-    if (!snapshot_is_valid (s))
+    if (!snapshot_is_valid (s) || (syncing_only && !s->store->commit_syncs))
       continue;
     for (uint64_t chunk = first; chunk <= last; ++chunk)
       if (!snapshot_chunk_is_remapped (s, chunk))
@@ -216,17 +219,20 @@ change_origin (struct snapfg_engine *e, enum origin_op op, const void *buf,
     }
   }
   else {
-    bool copy = (fast || writeback_active (e)) &&
-      needs_copy_out (e, count, offset);
+    /* Write-back holds first writes whose copy-outs would wait for a
+     * commit's syncs (copy-outs into stores that commit without waiting
+     * are done at once, and the change goes to the origin: holding its
+     * data would cost a copy and save nothing); FUA waits for its own
+     * data on the origin, so it takes the path that does.
+     */
+    bool hold = writeback_active (e) && !fast && !(flags & SNAPFG_REQ_FUA) &&
+      writeback_cost (op, count) <= writeback_max (e) &&
+      needs_copy_out (e, count, offset, true);
 
     /* A fast zero must not copy out: refuse before changing anything. */
-    if (fast && copy)
+    if (fast && needs_copy_out (e, count, offset, false))
       r = -ENOTSUP;
-    /* Write-back holds first writes; FUA waits for its own data on the
-     * origin, so it takes the path that does.
-     */
-    else if (copy && !(flags & SNAPFG_REQ_FUA) &&
-             writeback_cost (op, count) <= writeback_max (e)) {
+    else if (hold) {
       r = hold_first_write (e, op, buf, count, offset, flags);
       if (r == -EAGAIN) {
         /* Full: wait for room with no lock held (the committer needs

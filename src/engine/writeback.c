@@ -282,7 +282,11 @@ writeback_wait_room (struct snapfg_engine *e, uint64_t cost)
   if (!has_room (wb, cost)) {
     wb->waiting++;
     atomic_fetch_add (&wb->room_waits, 1);
-    while (!has_room (wb, cost) && wb->head)
+    /* No room means something is held or still being freed (the
+     * callers only hold requests that fit in writeback-max), and the
+     * committer broadcasts room once it has freed a round.
+     */
+    while (!has_room (wb, cost))
       pthread_cond_wait (&wb->room, &wb->lock);
     wb->waiting--;
   }
@@ -541,7 +545,7 @@ committer (void *arg)
   for (;;) {
     struct held_write *first, *last, *h, *next;
     deferred_pair_vector taken;
-    uint64_t batches;
+    uint64_t batches, freed;
 
     while (!(wb->head && wb->head->ready) &&
            !(atomic_load (&wb->stop) && !wb->head))
@@ -592,21 +596,24 @@ committer (void *arg)
     if (wb->head == NULL)
       wb->tailp = &wb->head;
     wb->applied_seq = last->seq;
+    freed = 0;
     for (h = first; ; h = h->next) {
       index_update (wb, h->offset, h->count, -1);
-      wb->held_bytes -= h->cost;
+      freed += h->cost;
       wb->held_writes--;
       atomic_fetch_sub (&wb->nheld, 1);
       if (h == last)
         break;
     }
-    pthread_cond_broadcast (&wb->room);
     pthread_cond_broadcast (&wb->applied);
 
     /* Freed with the lock dropped: a round can hold thousands, and the
      * writers need the lock meanwhile.  Nobody else follows the chain
      * from first to last any more (readers hold references of their
-     * own).
+     * own).  The room is given back only once the memory is: were it
+     * given back first, writers could hold a new round's worth while
+     * this one is still allocated, and the peak would reach twice
+     * writeback-max.
      */
     pthread_mutex_unlock (&wb->lock);
     for (h = first; ; h = next) {
@@ -618,6 +625,8 @@ committer (void *arg)
         break;
     }
     pthread_mutex_lock (&wb->lock);
+    wb->held_bytes -= freed;
+    pthread_cond_broadcast (&wb->room);
   }
   pthread_mutex_unlock (&wb->lock);
   deferred_pair_vector_reset (&round);

@@ -320,6 +320,8 @@ persistent_store_open (const struct snapfg_store_params *params,
   st = &ps->base;
   st->ops = &persistent_ops;
   st->origin_size = params->origin_size;
+  /* durability=sync: each commit waits for two syncs. */
+  st->commit_syncs = !params->unsynced;
   persistent_commit_init (ps);
 
   r = store_open_device (params, st);

@@ -96,6 +96,12 @@ struct snapfg_store {
   bool created;                    /* we created dev's file */
   bool opened_invalid;             /* the store says the snapshot is Invalid */
   bool opened_merging;             /* a merge was in progress: resume it */
+  /* Its commit waits for the disk (a persistent store with
+   * durability=sync).  Write-back holds first writes only for snapshots
+   * whose store does: where a commit costs no wait, holding the data
+   * would only add a copy.
+   */
+  bool commit_syncs;
   uint32_t chunk_size;             /* may differ from the one asked for */
   unsigned chunk_shift;
   uint64_t max_chunks;             /* cow-size / chunk_size */

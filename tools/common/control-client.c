@@ -59,7 +59,7 @@ control_client_connect (struct control_client *c, const char *path,
   }
   if (strlen (path) >= sizeof addr.sun_path) {
     SAY (c, CONTROL_UNREACHABLE, "%s: control socket path too long", path);
-    return -1;
+    goto fail;
   }
   strcpy (addr.sun_path, path);
   fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -69,11 +69,19 @@ control_client_connect (struct control_client *c, const char *path,
          strerror (errno), path);
     if (fd >= 0)
       close (fd);
-    return -1;
+    goto fail;
   }
   c->rfd = c->wfd = fd;
   c->result = CONTROL_REPLIED;
   return 0;
+
+ fail:
+  /* A client that failed to open holds nothing: its callers only print
+   * c->error and never close it.
+   */
+  free (c->what);
+  c->what = NULL;
+  return -1;
 }
 
 int
@@ -124,6 +132,8 @@ control_client_spawn (struct control_client *c, char *const argv[],
     if (out[i] >= 0)
       close (out[i]);
   }
+  free (c->what);               /* as in control_client_connect */
+  c->what = NULL;
   return -1;
 }
 

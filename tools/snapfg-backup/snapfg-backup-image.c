@@ -150,6 +150,16 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
   argv[n++] = size_arg;
   argv[n] = NULL;
   r = run_command (NULL, argv);
+  /* An encrypted image's key derivation is timed by qemu-img, which
+   * measures its first round of PBKDF2 in thread CPU time; on kernels
+   * with tick-based CPU accounting that round can read as 0 ms, and
+   * qemu-img gives up ("Unable to get accurate CPU usage") without
+   * having written anything we need.  Creating again is safe: it
+   * rewrites the same file through the same descriptor.
+   */
+  for (int tries = 1; r != 0 && a && a->key_file && !backup_interrupted &&
+         tries < 3; ++tries)
+    r = run_command (NULL, argv);
   close (pass);
   if (r == 0 && (fstatat (dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == -1 ||
                  now.st_dev != made.st_dev || now.st_ino != made.st_ino)) {
