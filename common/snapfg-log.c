@@ -6,8 +6,10 @@
 
 #include <stdio.h>
 #include <stdarg.h>
+#include <stdbool.h>
 
 #include "snapfg-log.h"
+#include "snapfg-error.h"
 
 int snapfg_debug_lock = 0;
 int snapfg_debug_cow = 0;
@@ -54,25 +56,11 @@ snapfg_set_notice_log (snapfg_vlog_fn notice_fn)
   notice_sink = notice_fn ? notice_fn : stderr_notice;
 }
 
-static _Thread_local snapfg_vlog_fn thread_error_hook;
-
-void
-snapfg_set_thread_error_hook (snapfg_vlog_fn hook)
-{
-  thread_error_hook = hook;
-}
-
 void
 snapfg_error (const char *fmt, ...)
 {
   va_list args;
 
-  if (thread_error_hook) {
-    va_start (args, fmt);
-    thread_error_hook (fmt, args);
-    va_end (args);
-    return;
-  }
   va_start (args, fmt);
   error_sink (fmt, args);
   va_end (args);
@@ -96,4 +84,43 @@ snapfg_notice (const char *fmt, ...)
   va_start (args, fmt);
   notice_sink (fmt, args);
   va_end (args);
+}
+
+/* Record, then log the recorded text (already formatted: the arguments
+ * are read once).
+ */
+static int
+fail_v (int err, bool log, const char *fmt, va_list args)
+{
+  int r = snapfg_set_error_v (err, fmt, args);
+
+  if (log) {
+    snapfg_error ("%s", snapfg_get_error ());
+    snapfg_error_set_logged ();
+  }
+  return r;
+}
+
+int
+snapfg_fail (int err, const char *fmt, ...)
+{
+  va_list args;
+  int r;
+
+  va_start (args, fmt);
+  r = fail_v (err, snapfg_is_server_trouble (err), fmt, args);
+  va_end (args);
+  return r;
+}
+
+int
+snapfg_fail_logged (int err, const char *fmt, ...)
+{
+  va_list args;
+  int r;
+
+  va_start (args, fmt);
+  r = fail_v (err, true, fmt, args);
+  va_end (args);
+  return r;
 }

@@ -5,6 +5,12 @@
  * The engine is a library used by the nbdkit plugin, by snapfgctl and by
  * unit tests, so it cannot call nbdkit_error directly.  The plugin installs
  * nbdkit's functions here; everyone else gets stderr.
+ *
+ * The log is for the operator.  What a caller needs in order to tell
+ * whoever asked (a control client's reply) is recorded separately, by the
+ * function that failed, in the thread's last error (snapfg-error.h);
+ * nothing here captures or rewrites log lines for that.  snapfg_fail
+ * records and, for the server's own trouble, logs, in one call.
  */
 #ifndef SNAPFG_LOG_H
 #define SNAPFG_LOG_H
@@ -22,19 +28,33 @@ extern void snapfg_set_log (snapfg_vlog_fn error_fn, snapfg_vlog_fn debug_fn);
  */
 extern void snapfg_set_notice_log (snapfg_vlog_fn notice_fn);
 
-/* A per-thread hook that takes every error logged on this thread
- * instead of the error sink: the control server puts the message in its
- * reply and then logs it itself, as a debug message when the client's
- * request was at fault, else as an error.
- */
-extern void snapfg_set_thread_error_hook (snapfg_vlog_fn hook);
-
 extern void snapfg_error (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 extern void snapfg_debug (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 extern void snapfg_notice (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
+
+/* A failure found here, reported in one call: recorded as the thread's
+ * last error (snapfg-error.h: message and errno, for the caller who
+ * tells whoever asked), and, when it is the server's trouble
+ * (snapfg_is_server_trouble: a disk error, no space, no memory), also
+ * logged as an error, since the operator must hear of it whoever asked.
+ * A refusal of what was asked (a bad name, a snapshot that exists, an
+ * invalid store) is only recorded: the caller reports it, and knows how
+ * (the control server in its reply and as a debug message with who
+ * asked, the plugin at start-up as an error).  Returns -err:
+ *   return snapfg_fail (EEXIST, "snapshot \"%s\" already exists", name);
+ */
+extern int snapfg_fail (int err, const char *fmt, ...)
+  __attribute__ ((format (printf, 2, 3)));
+
+/* The same, always logged as an error: for failures that no caller
+ * reports (found at start-up or by a background thread) but whose
+ * message a caller may still want.
+ */
+extern int snapfg_fail_logged (int err, const char *fmt, ...)
+  __attribute__ ((format (printf, 2, 3)));
 
 /* Debug flags, settable with nbdkit -D snapfg.lock=1 / -D snapfg.cow=1 /
  * -D snapfg.commit=1.

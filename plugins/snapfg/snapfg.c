@@ -23,6 +23,7 @@
 #include "control-server.h"
 #include "catalogue.h"
 #include "snapfg-log.h"
+#include "snapfg-error.h"
 #include "snapfg-params.h"
 
 
@@ -110,8 +111,23 @@ startup_snapshot (const char *name, const char *cow)
   return snapfg_snapshot_create (engine, &snap) < 0 ? -1 : 0;
 }
 
+/* A refusal the engine only recorded (snapfg_fail: a bad name, a store
+ * that is not this origin's) is reported by its caller, and at start-up
+ * that is us: as an error, the start fails with it.  What the engine
+ * logged already is not logged twice.
+ */
 static int
-plugin_config_complete (void)
+report_start_failure (int r)
+{
+  const char *msg = snapfg_get_error ();
+
+  if (r < 0 && msg && !snapfg_error_logged ())
+    nbdkit_error ("%s", msg);
+  return r;
+}
+
+static int
+open_engine (void)
 {
   struct snapfg_options opts = {
     .origin_path = params.origin_path,
@@ -204,13 +220,21 @@ plugin_config_complete (void)
   return -1;
 }
 
+static int
+plugin_config_complete (void)
+{
+  snapfg_clear_error ();
+  return report_start_failure (open_engine ());
+}
+
 /* Bind the control socket now, while errors still reach the user. */
 static int
 plugin_get_ready (void)
 {
+  snapfg_clear_error ();
   if (params.control_path &&
       control_server_open (engine, params.control_path, &control) < 0)
-    return -1;
+    return report_start_failure (-1);
   return 0;
 }
 
@@ -218,10 +242,11 @@ plugin_get_ready (void)
 static int
 plugin_after_fork (void)
 {
+  snapfg_clear_error ();
   if (control && control_server_start (control) < 0)
-    return -1;
+    return report_start_failure (-1);
   if (snapfg_engine_start_background (engine) < 0)
-    return -1;
+    return report_start_failure (-1);
   return 0;
 }
 

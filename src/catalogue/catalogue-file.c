@@ -64,9 +64,8 @@ catalogue_write (struct catalogue *cat, json_t *doc)
   int r;
 
   if (text == NULL) {
-    snapfg_error ("state=%s: cannot encode the catalogue (out of memory)",
-                  cat->path);
-    return -ENOMEM;
+    return snapfg_fail_logged (ENOMEM, "state=%s: cannot encode the catalogue (out of memory)",
+                                       cat->path);
   }
   dirfd = open (cat->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dirfd == -1) {
@@ -107,8 +106,8 @@ catalogue_write (struct catalogue *cat, json_t *doc)
   }
   atomic_file_end (&af);
  fail:
-  snapfg_error ("state=%s: cannot %s %s: %s (the catalogue is unchanged)",
-                cat->path, what, cat->tmp_path, strerror (-r));
+  snapfg_fail_logged (-r, "state=%s: cannot %s %s: %s (the catalogue is unchanged)",
+                          cat->path, what, cat->tmp_path, strerror (-r));
   return r;
 }
 
@@ -211,25 +210,25 @@ catalogue_open_locked (struct catalogue *cat, bool *created)
     if (fd == -1) {
       r = -errno;
       if (r == -ELOOP)
-        snapfg_error ("state=%s: is a symbolic link; the server replaces "
-                      "the catalogue by renaming a new file over it, so "
-                      "it must be the file itself: name the file the link "
-                      "points to", cat->path);
+        snapfg_fail (-r, "state=%s: is a symbolic link; the server replaces "
+                         "the catalogue by renaming a new file over it, so "
+                         "it must be the file itself: name the file the link "
+                         "points to", cat->path);
       else
-        snapfg_error ("state=%s: cannot open the catalogue: %s",
-                      cat->path, strerror (-r));
+        snapfg_fail (-r, "state=%s: cannot open the catalogue: %s",
+                         cat->path, strerror (-r));
       return r;
     }
     r = file_lock (fd, true);
     if (r < 0) {
       close (fd);
       if (r == -EAGAIN || r == -EACCES)
-        snapfg_error ("state=%s: the catalogue is in use by another "
-                      "process (another snapfg server of this origin?); "
-                      "stop it first", cat->path);
+        snapfg_fail (EAGAIN, "state=%s: the catalogue is in use by another "
+                             "process (another snapfg server of this origin?); "
+                             "stop it first", cat->path);
       else
-        snapfg_error ("state=%s: cannot lock the catalogue: %s",
-                      cat->path, strerror (-r));
+        snapfg_fail (-r, "state=%s: cannot lock the catalogue: %s",
+                         cat->path, strerror (-r));
       return r == -EACCES ? -EAGAIN : r;
     }
     if (fstat (fd, &a) == 0 && stat (cat->path, &b) == 0 &&
@@ -239,9 +238,8 @@ catalogue_open_locked (struct catalogue *cat, bool *created)
     }
     close (fd);                 /* renamed meanwhile: try the new one */
   }
-  snapfg_error ("state=%s: the catalogue keeps being replaced; is "
-                "another server using it?", cat->path);
-  return -EAGAIN;
+  return snapfg_fail_logged (EAGAIN, "state=%s: the catalogue keeps being replaced; is "
+                                     "another server using it?", cat->path);
 }
 
 int
@@ -257,9 +255,9 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
 
   r = read_file (cat->fd, &text, &len);
   if (r < 0) {
-    snapfg_error ("state=%s: cannot read the catalogue: %s",
-                  cat->path, r == -EINVAL ? "not a regular file"
-                  : strerror (-r));
+    snapfg_fail (-r, "state=%s: cannot read the catalogue: %s",
+                     cat->path, r == -EINVAL ? "not a regular file"
+                     : strerror (-r));
     return r;
   }
   *fresh = len == 0;
@@ -268,12 +266,11 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
      * what is left of a catalogue whose stores are still in FILE.d.
      */
     free (text);
-    snapfg_error ("state=%s: the catalogue is empty (0 bytes): damaged, "
-                  "or left by a crash before its first write; refusing to "
-                  "start a new catalogue over it (the stores it listed "
-                  "would be lost): restore it from a backup, or remove it "
-                  "if it never recorded anything", cat->path);
-    return -EINVAL;
+    return snapfg_fail_logged (EINVAL, "state=%s: the catalogue is empty (0 bytes): damaged, "
+                                       "or left by a crash before its first write; refusing to "
+                                       "start a new catalogue over it (the stores it listed "
+                                       "would be lost): restore it from a backup, or remove it "
+                                       "if it never recorded anything", cat->path);
   }
   if (len == 0) {
     /* The file this open created: a new catalogue.  Nothing to lose. */
@@ -291,29 +288,28 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
   root = json_loadb (text, len, JSON_REJECT_DUPLICATES, &err);
   free (text);
   if (root == NULL) {
-    snapfg_error ("state=%s: not a snapfg catalogue, or a damaged or "
-                  "truncated one (line %d: %s); refusing to use or "
-                  "overwrite it: restore it, or name a new file", cat->path,
-                  err.line, err.text);
-    return -EINVAL;
+    return snapfg_fail_logged (EINVAL, "state=%s: not a snapfg catalogue, or a damaged or "
+                                       "truncated one (line %d: %s); refusing to use or "
+                                       "overwrite it: restore it, or name a new file", cat->path,
+                                       err.line, err.text);
   }
   if (!json_is_object (root) ||
       !json_is_string (v = json_object_get (root, "format")) ||
       strcmp (json_string_value (v), CATALOGUE_FORMAT) != 0) {
-    snapfg_error ("state=%s: not a snapfg catalogue (%s); refusing to "
-                  "use or overwrite it: name a new file or the "
-                  "catalogue of this origin", cat->path,
-                  root == NULL ? err.text : "no \"format\": \""
-                  CATALOGUE_FORMAT "\"");
+    snapfg_fail (EINVAL, "state=%s: not a snapfg catalogue (%s); refusing to "
+                         "use or overwrite it: name a new file or the "
+                         "catalogue of this origin", cat->path,
+                         root == NULL ? err.text : "no \"format\": \""
+                         CATALOGUE_FORMAT "\"");
     json_decref (root);
     return -EINVAL;
   }
   v = json_object_get (root, "version");
   if (!json_is_integer (v) || json_integer_value (v) != CATALOGUE_VERSION) {
-    snapfg_error ("state=%s: catalogue version %s is not supported (this "
-                  "snapfg reads version %d); the file is left unchanged",
-                  cat->path, json_is_integer (v) ? "other than 1" : "missing",
-                  CATALOGUE_VERSION);
+    snapfg_fail (EINVAL, "state=%s: catalogue version %s is not supported (this "
+                         "snapfg reads version %d); the file is left unchanged",
+                         cat->path, json_is_integer (v) ? "other than 1" : "missing",
+                         CATALOGUE_VERSION);
     json_decref (root);
     return -EINVAL;
   }
@@ -323,9 +319,9 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
       !json_is_string (json_object_get (o, "path")) ||
       !json_is_integer (json_object_get (o, "size")) ||
       json_integer_value (json_object_get (o, "size")) < 0) {
-    snapfg_error ("state=%s: malformed catalogue (\"id\" or \"origin\" "
-                  "missing or wrong); the file is left unchanged",
-                  cat->path);
+    snapfg_fail (EINVAL, "state=%s: malformed catalogue (\"id\" or \"origin\" "
+                         "missing or wrong); the file is left unchanged",
+                         cat->path);
     json_decref (root);
     return -EINVAL;
   }
@@ -337,8 +333,8 @@ catalogue_load_document (struct catalogue *cat, const struct catalogue_origin *o
   /* (After the origin: another origin's catalogue says so first.) */
   problem = catalogue_check_records (cat, root, why, sizeof why);
   if (problem) {
-    snapfg_error ("state=%s: malformed catalogue: %s; the file is left "
-                  "unchanged", cat->path, problem);
+    snapfg_fail (EINVAL, "state=%s: malformed catalogue: %s; the file is left "
+                         "unchanged", cat->path, problem);
     json_decref (root);
     return -EINVAL;
   }

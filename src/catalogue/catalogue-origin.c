@@ -101,10 +101,9 @@ catalogue_check_origin (struct catalogue *cat, json_t *root,
   if (recorded_id) {
     if (!json_is_integer (jdev) || !json_is_integer (jino) ||
         json_integer_value (jino) == 0) {
-      snapfg_error ("state=%s: malformed catalogue (the origin's \"dev\" "
-                    "and \"ino\" must both be integers, \"ino\" not 0); "
-                    "the file is left unchanged", cat->path);
-      return -EINVAL;
+      return snapfg_fail (EINVAL, "state=%s: malformed catalogue (the origin's \"dev\" "
+                                  "and \"ino\" must both be integers, \"ino\" not 0); "
+                                  "the file is left unchanged", cat->path);
     }
     dev = json_integer_value (jdev);
     ino = json_integer_value (jino);
@@ -114,13 +113,12 @@ catalogue_check_origin (struct catalogue *cat, json_t *root,
     describe (origin->dev, origin->ino, now, sizeof now);
 
   if (size != origin->size) {
-    snapfg_error ("state=%s: this catalogue belongs to origin %s (%" PRIu64
-                  " bytes), not to origin=%s (%" PRIu64 " bytes); every "
-                  "origin needs its own catalogue, and origin-moved=true "
-                  "does not apply to an origin of another size (the file "
-                  "is left unchanged)", cat->path, path, size,
-                  origin->path, origin->size);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "state=%s: this catalogue belongs to origin %s (%" PRIu64
+                                " bytes), not to origin=%s (%" PRIu64 " bytes); every "
+                                "origin needs its own catalogue, and origin-moved=true "
+                                "does not apply to an origin of another size (the file "
+                                "is left unchanged)", cat->path, path, size,
+                                origin->path, origin->size);
   }
 
   /* Both have an identity: it decides. */
@@ -153,22 +151,21 @@ catalogue_check_origin (struct catalogue *cat, json_t *root,
     }
     if (!origin->moved) {
       if (same_path)
-        snapfg_error ("state=%s: the origin was replaced: the catalogue "
-                      "recorded origin %s as %s, and %s is %s now (another "
-                      "file or device was put in its place); its snapshots "
-                      "were not taken of this disk.  Refusing to start (the "
-                      "catalogue is left unchanged); if the origin really "
-                      "moved (restored from a copy, its device "
-                      "renumbered), start with origin-moved=true",
-                      cat->path, path, was, origin->path, now);
+        return snapfg_fail (EINVAL, "state=%s: the origin was replaced: the catalogue "
+                                    "recorded origin %s as %s, and %s is %s now (another "
+                                    "file or device was put in its place); its snapshots "
+                                    "were not taken of this disk.  Refusing to start (the "
+                                    "catalogue is left unchanged); if the origin really "
+                                    "moved (restored from a copy, its device "
+                                    "renumbered), start with origin-moved=true",
+                                    cat->path, path, was, origin->path, now);
       else
-        snapfg_error ("state=%s: this catalogue belongs to origin %s (%s), "
-                      "not to origin=%s (%s); every origin needs its own "
-                      "catalogue (the file is left unchanged); if the "
-                      "origin really moved here, start with "
-                      "origin-moved=true", cat->path, path, was,
-                      origin->path, now);
-      return -EINVAL;
+        return snapfg_fail (EINVAL, "state=%s: this catalogue belongs to origin %s (%s), "
+                                    "not to origin=%s (%s); every origin needs its own "
+                                    "catalogue (the file is left unchanged); if the "
+                                    "origin really moved here, start with "
+                                    "origin-moved=true", cat->path, path, was,
+                                    origin->path, now);
     }
   }
   else if (same_path) {
@@ -180,13 +177,12 @@ catalogue_check_origin (struct catalogue *cat, json_t *root,
     return rebind (cat, root, origin, NULL, NULL);
   }
   else if (!origin->moved) {
-    snapfg_error ("state=%s: this catalogue belongs to origin %s (%" PRIu64
-                  " bytes), not to origin=%s (%" PRIu64 " bytes); every "
-                  "origin needs its own catalogue (the file is left "
-                  "unchanged); if the origin really moved here, start "
-                  "with origin-moved=true", cat->path, path, size,
-                  origin->path, origin->size);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "state=%s: this catalogue belongs to origin %s (%" PRIu64
+                                " bytes), not to origin=%s (%" PRIu64 " bytes); every "
+                                "origin needs its own catalogue (the file is left "
+                                "unchanged); if the origin really moved here, start "
+                                "with origin-moved=true", cat->path, path, size,
+                                origin->path, origin->size);
   }
 
   /* origin-moved=true vouches for it: rebind. */

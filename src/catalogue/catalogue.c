@@ -55,26 +55,24 @@ check_catalogue_dir (struct catalogue *cat)
 
   if (stat (cat->dir_path, &st) == -1) {
     int r = -errno;
-    snapfg_error ("state=%s: cannot use the directory %s: %m",
-                  cat->path, cat->dir_path);
+    snapfg_fail (-r, "state=%s: cannot use the directory %s: %m",
+                     cat->path, cat->dir_path);
     return r;
   }
   if (st.st_uid != geteuid () && st.st_uid != 0) {
-    snapfg_error ("state=%s: the directory %s is owned by user %u, not by "
-                  "this server's user (%u) or root: its owner could replace "
-                  "the catalogue; keep the catalogue in a directory of the "
-                  "server's user (or chown %u %s)", cat->path, cat->dir_path,
-                  (unsigned) st.st_uid, (unsigned) geteuid (),
-                  (unsigned) geteuid (), cat->dir_path);
-    return -EPERM;
+    return snapfg_fail (EPERM, "state=%s: the directory %s is owned by user %u, not by "
+                               "this server's user (%u) or root: its owner could replace "
+                               "the catalogue; keep the catalogue in a directory of the "
+                               "server's user (or chown %u %s)", cat->path, cat->dir_path,
+                               (unsigned) st.st_uid, (unsigned) geteuid (),
+                               (unsigned) geteuid (), cat->dir_path);
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
-    snapfg_error ("state=%s: the directory %s is writable by %s (mode %04o): "
-                  "they could replace the catalogue; chmod go-w %s, or keep "
-                  "the catalogue elsewhere", cat->path, cat->dir_path,
-                  st.st_mode & S_IWOTH ? "every user" : "its group",
-                  (unsigned) (st.st_mode & 07777), cat->dir_path);
-    return -EPERM;
+    return snapfg_fail (EPERM, "state=%s: the directory %s is writable by %s (mode %04o): "
+                               "they could replace the catalogue; chmod go-w %s, or keep "
+                               "the catalogue elsewhere", cat->path, cat->dir_path,
+                               st.st_mode & S_IWOTH ? "every user" : "its group",
+                               (unsigned) (st.st_mode & 07777), cat->dir_path);
   }
   return 0;
 }
@@ -129,12 +127,11 @@ check_state_file (struct catalogue *cat, int dirfd, const char *path)
   if (fstatat (dirfd, leaf, &st, AT_SYMLINK_NOFOLLOW) == -1)
     return 0;
   if (!S_ISREG (st.st_mode)) {
-    snapfg_error ("state=%s: %s is %s; the server makes the files of its "
-                  "state directory itself and never follows a link there: "
-                  "remove it and put the right file back", cat->path, path,
-                  S_ISLNK (st.st_mode) ? "a symbolic link"
-                  : "not a regular file");
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "state=%s: %s is %s; the server makes the files of its "
+                                "state directory itself and never follows a link there: "
+                                "remove it and put the right file back", cat->path, path,
+                                S_ISLNK (st.st_mode) ? "a symbolic link"
+                                : "not a regular file");
   }
   fd = openat (dirfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1)
@@ -179,13 +176,12 @@ check_state_dir (struct catalogue *cat)
     needed = files_in_state_dir (cat->root);
     if (needed == 0)
       return 0;
-    snapfg_error ("state=%s: the state directory %s is missing, but the "
-                  "catalogue names %zu file%s in it (stores of snapshots "
-                  "created without --cow, checkpoint bitmaps): is its file "
-                  "system mounted?  Nothing was changed; start the server "
-                  "again once it is there", cat->path, cat->state_dir,
-                  needed, needed == 1 ? "" : "s");
-    return -ENOENT;
+    return snapfg_fail (ENOENT, "state=%s: the state directory %s is missing, but the "
+                                "catalogue names %zu file%s in it (stores of snapshots "
+                                "created without --cow, checkpoint bitmaps): is its file "
+                                "system mounted?  Nothing was changed; start the server "
+                                "again once it is there", cat->path, cat->state_dir,
+                                needed, needed == 1 ? "" : "s");
   }
   fd = catalogue_state_dir_open (cat, false);
   if (fd < 0)
@@ -225,8 +221,8 @@ catalogue_open (const char *path, const struct catalogue_origin *origin,
     goto err;
   r = resolve_own_files (cat);
   if (r < 0) {
-    snapfg_error ("state=%s: cannot resolve the directory %s: %s",
-                  cat->path, cat->dir_path, strerror (-r));
+    snapfg_fail (-r, "state=%s: cannot resolve the directory %s: %s",
+                     cat->path, cat->dir_path, strerror (-r));
     goto err;
   }
   r = catalogue_open_locked (cat, &created);
@@ -342,21 +338,21 @@ catalogue_state_dir_open (struct catalogue *cat, bool create)
 
   if (create && mkdir (cat->state_dir, 0700) == -1 && errno != EEXIST) {
     r = -errno;
-    snapfg_error ("state=%s: cannot create the state directory %s: %m",
-                  cat->path, cat->state_dir);
+    snapfg_fail (-r, "state=%s: cannot create the state directory %s: %m",
+                     cat->path, cat->state_dir);
     return r;
   }
   fd = open (cat->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd == -1) {
     r = -errno;
     if (r == -ELOOP || r == -ENOTDIR)
-      snapfg_error ("state=%s: %s is not a directory (a symbolic link?); "
-                    "the server makes its state directory itself and never "
-                    "follows a link there: move it away", cat->path,
-                    cat->state_dir);
+      snapfg_fail (-r, "state=%s: %s is not a directory (a symbolic link?); "
+                       "the server makes its state directory itself and never "
+                       "follows a link there: move it away", cat->path,
+                       cat->state_dir);
     else
-      snapfg_error ("state=%s: cannot open the state directory %s: %m",
-                    cat->path, cat->state_dir);
+      snapfg_fail (-r, "state=%s: cannot open the state directory %s: %m",
+                       cat->path, cat->state_dir);
     return r;
   }
   r = file_check_owner (fd, cat->state_dir, true);
@@ -376,9 +372,9 @@ catalogue_state_file (struct catalogue *cat, const char *name,
 
   if (name[0] == '\0' || strchr (name, '/') || strcmp (name, ".") == 0 ||
       strcmp (name, "..") == 0 || strlen (name) > NAME_MAX - 8) {
-    snapfg_error ("\"%s\": cannot be a file name in the state directory "
-                  "%s (no '/', not . or .., at most %d bytes); give the "
-                  "COW path explicitly", name, cat->state_dir, NAME_MAX - 8);
+    snapfg_fail (EINVAL, "\"%s\": cannot be a file name in the state directory "
+                         "%s (no '/', not . or .., at most %d bytes); give the "
+                         "COW path explicitly", name, cat->state_dir, NAME_MAX - 8);
     return NULL;
   }
   fd = catalogue_state_dir_open (cat, true);
@@ -386,7 +382,7 @@ catalogue_state_file (struct catalogue *cat, const char *name,
     return NULL;
   close (fd);
   if (asprintf (&path, "%s/%s.%s", cat->state_dir, name, ext) == -1) {
-    snapfg_error ("asprintf: %m");
+    snapfg_fail (ENOMEM, "asprintf: %m");
     return NULL;
   }
   return path;

@@ -239,12 +239,12 @@ cbt_bitmap_create (const char *path, uint32_t granularity,
   if (bm->fd == -1) {
     r = -errno;
     if (r == -EEXIST)
-      snapfg_error ("checkpoint bitmap %s: already exists; refusing to "
-                    "replace a file this server did not create (remove it "
-                    "if it is a leftover)", path);
+      snapfg_fail_logged (-r, "checkpoint bitmap %s: already exists; refusing to "
+                              "replace a file this server did not create (remove it "
+                              "if it is a leftover)", path);
     else
-      snapfg_error ("checkpoint bitmap %s: cannot create: %s", path,
-                    strerror (-r));
+      snapfg_fail_logged (-r, "checkpoint bitmap %s: cannot create: %s", path,
+                              strerror (-r));
     bitmap_free (bm);
     return r;
   }
@@ -266,8 +266,8 @@ cbt_bitmap_create (const char *path, uint32_t granularity,
   if (r == 0)
     r = sync_directory_of (path);
   if (r < 0) {
-    snapfg_error ("checkpoint bitmap %s: cannot write: %s", path,
-                  strerror (-r));
+    snapfg_fail_logged (-r, "checkpoint bitmap %s: cannot write: %s", path,
+                            strerror (-r));
     bitmap_free (bm);
     unlink (path);
     return r;

@@ -65,14 +65,12 @@ checkpoint_prepare (struct snapfg_engine *e, const char *name,
     goto err;
   problem = check_name (name);
   if (problem) {
-    snapfg_error ("checkpoint name \"%s\": %s", name, problem);
-    r = -EINVAL;
+    r = snapfg_fail (EINVAL, "checkpoint name \"%s\": %s", name, problem);
     goto err;
   }
   if (checkpoint_find_locked (c, name) >= 0) {
-    snapfg_error ("checkpoint \"%s\" already exists (drop it first, or "
-                  "choose another name)", name);
-    r = -EEXIST;
+    r = snapfg_fail (EEXIST, "checkpoint \"%s\" already exists (drop it first, or "
+                             "choose another name)", name);
     goto err;
   }
   cp = calloc (1, sizeof *cp);
@@ -211,8 +209,8 @@ snapfg_checkpoint_create (struct snapfg_engine *e, const char *name)
   r = checkpoint_commit_locked (e, cp);
   percpu_rwlock_write_unlock (&e->geometry);
   if (r < 0) {
-    snapfg_error ("checkpoint create %s: cannot record it in the catalogue",
-                  name);
+    snapfg_fail (-r, "checkpoint create %s: cannot record it in the catalogue",
+                     name);
     checkpoint_abandon (e, cp);
     return r;
   }
@@ -286,8 +284,7 @@ snapfg_checkpoint_drop (struct snapfg_engine *e, const char *name)
   SCOPED_MUTEX_LOCK (&c->lock);
   i = checkpoint_find_locked (c, name);
   if (i < 0) {
-    snapfg_error ("checkpoint drop: no checkpoint named \"%s\"", name);
-    return -ENOENT;
+    return snapfg_fail (ENOENT, "checkpoint drop: no checkpoint named \"%s\"", name);
   }
   cp = c->list.ptr[i];
   pred = i > 0 ? c->list.ptr[i - 1] : NULL;
@@ -328,8 +325,8 @@ snapfg_checkpoint_drop (struct snapfg_engine *e, const char *name)
     percpu_rwlock_write_unlock (&e->geometry);
   }
   if (r < 0) {
-    snapfg_error ("checkpoint drop %s: cannot record it in the catalogue; "
-                  "the checkpoint is kept", name);
+    snapfg_fail (-r, "checkpoint drop %s: cannot record it in the catalogue; "
+                     "the checkpoint is kept", name);
     free (rest);
     return r;
   }

@@ -88,8 +88,7 @@ snapfg_checkpoint_changed (struct snapfg_engine *e, const char *since,
   checkpoint_record_pending (c);
   first = checkpoint_find_locked (c, since);
   if (first < 0) {
-    snapfg_error ("changed: no checkpoint named \"%s\"", since);
-    return -ENOENT;
+    return snapfg_fail (ENOENT, "changed: no checkpoint named \"%s\"", since);
   }
   end = c->list.len;
   if (snapshot) {
@@ -99,26 +98,23 @@ snapfg_checkpoint_changed (struct snapfg_engine *e, const char *since,
           strcmp (c->list.ptr[end]->snapshot, snapshot) == 0)
         break;
     if (end < 0) {
-      snapfg_error ("changed: snapshot \"%s\" was not created with a "
-                    "checkpoint (create it with --checkpoint), or that "
-                    "checkpoint was dropped", snapshot);
-      return -ENOENT;
+      return snapfg_fail (ENOENT, "changed: snapshot \"%s\" was not created with a "
+                                  "checkpoint (create it with --checkpoint), or that "
+                                  "checkpoint was dropped", snapshot);
     }
     if (end < first) {
-      snapfg_error ("changed: checkpoint \"%s\" is newer than snapshot "
-                    "\"%s\" (its checkpoint is \"%s\")", since, snapshot,
-                    c->list.ptr[end]->name);
-      return -EINVAL;
+      return snapfg_fail (EINVAL, "changed: checkpoint \"%s\" is newer than snapshot "
+                                  "\"%s\" (its checkpoint is \"%s\")", since, snapshot,
+                                  c->list.ptr[end]->name);
     }
   }
   /* Refuse before answering anything: never a silently short delta. */
   for (ssize_t i = first; i < end; ++i)
     if (is_inconsistent (c->list.ptr[i])) {
-      snapfg_error ("changed: checkpoint \"%s\" is inconsistent (the system "
-                    "stopped uncleanly or its bitmap could not be written), "
-                    "so the changes since \"%s\" are not known: a full "
-                    "backup is needed", c->list.ptr[i]->name, since);
-      return -ESTALE;
+      return snapfg_fail (ESTALE, "changed: checkpoint \"%s\" is inconsistent (the system "
+                                  "stopped uncleanly or its bitmap could not be written), "
+                                  "so the changes since \"%s\" are not known: a full "
+                                  "backup is needed", c->list.ptr[i]->name, since);
     }
 
   /* The union, at the finest granularity among its bitmaps. */

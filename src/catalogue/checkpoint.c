@@ -271,9 +271,8 @@ checkpoint_need_catalogue (struct checkpoint_chain *c, const char *what)
 {
   if (c && c->cat)
     return 0;
-  snapfg_error ("%s: checkpoints need a catalogue to be recorded in: start "
-                "the server with state=FILE", what);
-  return -ENOTSUP;
+  return snapfg_fail (ENOTSUP, "%s: checkpoints need a catalogue to be recorded in: start "
+                               "the server with state=FILE", what);
 }
 
 

@@ -2,10 +2,11 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: the control dispatcher (see control-handlers.h).
  *
- * control_execute runs one request's handler from the command table,
- * captures what the engine logs meanwhile (the reply carries the last
- * message; the log gets them all, with who asked, as errors or as debug
- * messages depending on whose trouble it was), and makes the reply line.
+ * control_execute runs one request's handler from the command table and
+ * makes the reply line.  A refusal's message is the handler's own
+ * (call->error), else the one the engine recorded where it failed
+ * (snapfg-error.h), else the errno's text; the log gets who asked, as
+ * an error or as a debug message depending on whose trouble it was.
  * The handlers themselves are in control-handlers.c.
  */
 
@@ -20,93 +21,9 @@
 
 #include "control-handlers.h"
 #include "snapfg-log.h"
+#include "snapfg-error.h"
 
 
-
-/* --- capturing the engine's errors --- */
-
-/* Engine errors logged while a command runs on the control thread, one
- * per line; the reply carries the last one.  They are logged once the
- * outcome is known (see control_execute).  Only the control thread
- * writes these (the hook is installed on it alone), so they need not be
- * thread-local, which in a dlopened plugin would cost static TLS space.
- */
-static char captured[2048];
-static size_t captured_len;
-static char last_error[512];
-
-static void
-capture_error (const char *fmt, va_list args)
-{
-  int n;
-
-  vsnprintf (last_error, sizeof last_error, fmt, args);
-  n = snprintf (captured + captured_len, sizeof captured - captured_len,
-                "%s\n", last_error);
-  if (n > 0)
-    captured_len += (size_t) n < sizeof captured - captured_len
-      ? (size_t) n : sizeof captured - captured_len - 1;
-}
-
-void
-control_handlers_thread_init (void)
-{
-  snapfg_set_thread_error_hook (capture_error);
-}
-
-/* Did the request cause this error (a debug message), or is it the
- * server's trouble (an error in the log)?
- */
-static bool
-is_server_trouble (int err)
-{
-  switch (err) {
-  case EIO: case ENOMEM: case ENOSPC: case EDQUOT: case EROFS: case EFBIG:
-  case ENXIO: case ENODEV:
-    return true;
-  default:
-    return false;
-  }
-}
-
-/* snapfg_error on this thread would come back to capture_error. */
-void
-control_log_error (const char *fmt, ...)
-{
-  char msg[1024];
-  va_list args;
-
-  va_start (args, fmt);
-  vsnprintf (msg, sizeof msg, fmt, args);
-  va_end (args);
-  snapfg_set_thread_error_hook (NULL);
-  snapfg_error ("%s", msg);
-  snapfg_set_thread_error_hook (capture_error);
-}
-
-static void
-log_captured (bool as_error, const char *who)
-{
-  char *line = captured, *nl;
-
-  while (line < captured + captured_len &&
-         (nl = strchr (line, '\n')) != NULL) {
-    *nl = '\0';
-    if (as_error)
-      control_log_error ("%s%s", who, line);
-    else
-      snapfg_debug ("%s%s", who, line);
-    line = nl + 1;
-  }
-  captured_len = 0;
-  captured[0] = '\0';
-}
-
-const char *
-control_last_error (void)
-{
-  return last_error;
-}
 
 /* --- reply lines --- */
 
@@ -156,6 +73,28 @@ static control_handler *const handlers[CONTROL_NCOMMANDS] = {
 #undef CONTROL_ARG
 };
 
+/* Log a refused request once, with who asked.  A refusal of what was
+ * asked is the client's business: a debug message with the reply's
+ * text (the client has the reply).  The server's trouble is an error;
+ * when the engine already logged its message as an error where it
+ * failed (snapfg_fail), with the details, this line adds only who asked
+ * and the errno, so that the log does not hold the same long message
+ * twice; otherwise (the handler's own message, or one the engine only
+ * recorded) the message goes with it.
+ */
+static void
+log_refusal (const char *who, const char *command, const char *asked,
+             int err, const char *msg, bool engine_logged)
+{
+  if (!snapfg_is_server_trouble (err))
+    snapfg_debug ("%s%s: %s: refused: %s", who, command, asked, msg);
+  else if (engine_logged)
+    snapfg_error ("%s%s: %s: failed: %s (the error above)", who, command,
+                  asked, strerror (err));
+  else
+    snapfg_error ("%s%s: %s: failed: %s", who, command, asked, msg);
+}
+
 char *
 control_execute (struct snapfg_engine *e, const struct control_request *req,
                  const struct control_peer *peer)
@@ -164,20 +103,26 @@ control_execute (struct snapfg_engine *e, const struct control_request *req,
     .e = e, .req = req, .peer = peer,
   };
   bool action = req->command->flags & CONTROL_CMD_ACTION;
+  bool engine_logged = false;
   char who[160], *asked, *line;
   int r;
 
-  last_error[0] = '\0';
-  captured_len = 0;
-  captured[0] = '\0';
   call.reply = json_object ();
   if (call.reply == NULL)
     return NULL;
   json_object_set_new (call.reply, "ok", json_true ());
+  /* Whatever failed before (another command, the start) is not this
+   * command's message.
+   */
+  snapfg_clear_error ();
   r = handlers[req->command->cmd] (&call);
-  if (r < 0 && call.error[0] == '\0')
+  if (r < 0 && call.error[0] == '\0') {
+    const char *recorded = snapfg_get_error ();
+
+    engine_logged = recorded && snapfg_error_logged ();
     snprintf (call.error, sizeof call.error, "%s",
-              last_error[0] ? last_error : strerror (-r));
+              recorded ? recorded : strerror (-r));
+  }
 
   /* Who asked what, for the log.  The request is printed as JSON, so a
    * name with odd characters cannot forge a log line.
@@ -186,22 +131,12 @@ control_execute (struct snapfg_engine *e, const struct control_request *req,
   snprintf (who, sizeof who, "control: pid %d uid %d: ", (int) peer->pid,
             (int) peer->uid);
   if (r < 0) {
-    /* What the engine said (with the details), else the handler's own
-     * message, logged with who asked.
-     */
-    bool trouble = is_server_trouble (-r);
-    if (captured_len == 0) {
-      snprintf (captured, sizeof captured, "%s\n", call.error);
-      captured_len = strlen (captured);
-    }
-    log_captured (trouble, who);
-    snapfg_debug ("%s%s: %s: refused", who, req->command->name,
-                  asked ? asked : "?");
+    log_refusal (who, req->command->name, asked ? asked : "?", -r,
+                 call.error, engine_logged);
     line = control_error_reply (call.error);
     free (call.raw_reply);
   }
   else {
-    log_captured (true, who);
     if (action)
       snapfg_notice ("%s%s: %s: done", who, req->command->name,
                      asked ? asked : "?");

@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "device.h"
 #include "snapfg-log.h"
+#include "snapfg-error.h"
 #include "vector.h"
 
 
@@ -366,7 +367,7 @@ control_do_changed (struct control_call *call)
     char_vector_reset (&cs.buf);
     if (r == 0)
       r = -ENOMEM;
-    if (control_last_error ()[0] == '\0')
+    if (snapfg_get_error () == NULL)
       snprintf (call->error, sizeof call->error, "changed %s: %s", name,
                 strerror (-r));
     return r;

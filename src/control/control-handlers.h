@@ -9,8 +9,9 @@
  * call->reply (a JSON object that will also get "ok": true), or writes
  * the whole reply line itself into call->raw_reply (for replies too big
  * to hold as a tree), or returns a negative errno with the message in
- * call->error (or logged by the engine with snapfg_error, which the
- * dispatcher captures).
+ * call->error, or leaves it empty when the engine call that failed
+ * recorded its own message (snapfg-error.h), which the dispatcher then
+ * puts in the reply.
  */
 #ifndef SNAPFG_CONTROL_HANDLERS_H
 #define SNAPFG_CONTROL_HANDLERS_H
@@ -62,22 +63,6 @@ extern char *control_error_reply (const char *msg);
  * out of memory).
  */
 extern char *control_dump_line (json_t *obj);
-/* The last error the engine logged during the running command ("" if
- * none): a handler that has a better message gives it only then.
- */
-extern const char *control_last_error (void);
-
-/* Call once on the thread that runs control_execute: engine errors on
- * it are captured for the replies instead of being logged at once.
- */
-extern void control_handlers_thread_init (void);
-
-/* snapfg_error for the control thread, whose errors are otherwise
- * captured for the replies.
- */
-extern void control_log_error (const char *fmt, ...)
-  __attribute__ ((format (printf, 1, 2)));
-
 /* A JSON string for s, even if s is not UTF-8 (paths are bytes): its
  * non-UTF-8 bytes then become '?'.
  */

@@ -343,9 +343,9 @@ accept_one (struct control_server *srv, int fd)
 
   if (getsockopt (fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1 ||
       cred.uid != geteuid ()) {
-    control_log_error ("control=%s: refused a client with uid %d (only uid "
-                       "%d may use this socket)", srv->path, (int) cred.uid,
-                       (int) geteuid ());
+    snapfg_error ("control=%s: refused a client with uid %d (only uid "
+                  "%d may use this socket)", srv->path, (int) cred.uid,
+                  (int) geteuid ());
     queue_reply (c, control_error_reply ("permission denied: only the "
                                          "server's owner may use this "
                                          "socket"));
@@ -384,7 +384,6 @@ server_thread (void *arg)
 {
   struct control_server *srv = arg;
 
-  control_handlers_thread_init ();
   ev_run (srv->loop, 0);
   while (srv->clients)
     client_close (srv->clients);

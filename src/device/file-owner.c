@@ -24,20 +24,18 @@ file_check_owner (int fd, const char *path, bool directory)
     return r;
   }
   if (st.st_uid != geteuid ()) {
-    snapfg_error ("%s: owned by user %u, not by this server's user (%u): "
-                  "the server only reads and writes state %s its own user "
-                  "owns; chown %u %s (or run the server as the owner)", path,
-                  (unsigned) st.st_uid, (unsigned) geteuid (),
-                  directory ? "directories" : "files",
-                  (unsigned) geteuid (), path);
-    return -EPERM;
+    return snapfg_fail (EPERM, "%s: owned by user %u, not by this server's user (%u): "
+                               "the server only reads and writes state %s its own user "
+                               "owns; chown %u %s (or run the server as the owner)", path,
+                               (unsigned) st.st_uid, (unsigned) geteuid (),
+                               directory ? "directories" : "files",
+                               (unsigned) geteuid (), path);
   }
   if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    snapfg_error ("%s: writable by %s (mode %04o): whoever can write it "
-                  "can change what the server serves; chmod go-w %s", path,
-                  st.st_mode & S_IWOTH ? "every user" : "its group",
-                  (unsigned) (st.st_mode & 07777), path);
-    return -EPERM;
+    return snapfg_fail (EPERM, "%s: writable by %s (mode %04o): whoever can write it "
+                               "can change what the server serves; chmod go-w %s", path,
+                               st.st_mode & S_IWOTH ? "every user" : "its group",
+                               (unsigned) (st.st_mode & 07777), path);
   }
   return 0;
 }

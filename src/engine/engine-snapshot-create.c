@@ -84,7 +84,7 @@ too_many_snapshots (struct snapfg_engine *e, const char *name)
   char why[512];
 
   too_many_snapshots_why (e, name, why, sizeof why);
-  snapfg_error ("%s", why);
+  snapfg_fail (EMLINK, "%s", why);
 }
 
 static void
@@ -200,8 +200,7 @@ snapfg_snapshot_create (struct snapfg_engine *e,
   if (problem) {
     char printable[128];
     snapfg_printable_name (o->name, printable, sizeof printable);
-    snapfg_error ("snapshot name \"%s\": %s", printable, problem);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "snapshot name \"%s\": %s", printable, problem);
   }
   /* Without a COW path the catalogue's state directory holds it. */
   if (o->cow_path == NULL) {
@@ -209,11 +208,10 @@ snapfg_snapshot_create (struct snapfg_engine *e,
     char *path;
 
     if (e->catalogue == NULL) {
-      snapfg_error ("create %s: no COW path given, and the server has no "
-                    "state= catalogue whose directory could hold one; give "
-                    "a COW path (snapfgctl create %s --cow PATH)",
-                    o->name, o->name);
-      return -EINVAL;
+      return snapfg_fail (EINVAL, "create %s: no COW path given, and the server has no "
+                                  "state= catalogue whose directory could hold one; give "
+                                  "a COW path (snapfgctl create %s --cow PATH)",
+                                  o->name, o->name);
     }
     path = catalogue_state_file (e->catalogue, o->name, "cow");
     if (path == NULL)
@@ -244,8 +242,7 @@ create_check (struct snapfg_engine *e, const struct snapfg_snapshot_options *o)
   bool exists, merging, full;
 
   if (problem) {
-    snapfg_error ("chunk-size=%" PRIu64 ": %s", asked, problem);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "chunk-size=%" PRIu64 ": %s", asked, problem);
   }
   {
     SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
@@ -259,19 +256,16 @@ create_check (struct snapfg_engine *e, const struct snapfg_snapshot_options *o)
     return -EMLINK;
   }
   if (merging) {
-    snapfg_error ("snapshot \"%s\": a snapshot is being merged into the "
-                  "origin; no other snapshot may exist until it is done",
-                  o->name);
-    return -EBUSY;
+    return snapfg_fail (EBUSY, "snapshot \"%s\": a snapshot is being merged into the "
+                               "origin; no other snapshot may exist until it is done",
+                               o->name);
   }
   if (exists) {
-    snapfg_error ("snapshot \"%s\" already exists", o->name);
-    return -EEXIST;
+    return snapfg_fail (EEXIST, "snapshot \"%s\" already exists", o->name);
   }
   if (in_use) {
-    snapfg_error ("cow=%s: already the COW store of snapshot \"%s\"; "
-                  "every snapshot needs its own", o->cow_path, in_use);
-    return -EBUSY;
+    return snapfg_fail (EBUSY, "cow=%s: already the COW store of snapshot \"%s\"; "
+                               "every snapshot needs its own", o->cow_path, in_use);
   }
   return lifecycle_check_cow (e, o->cow_path, o->owned);
 }
@@ -293,10 +287,9 @@ create_open_state_dir (struct snapfg_engine *e,
     return -1;
   slash = strrchr (o->cow_path, '/');
   if (e->catalogue == NULL || slash == NULL) {
-    snapfg_error ("snapshot \"%s\": its store %s is recorded as the state "
-                  "directory's, but there is no catalogue", o->name,
-                  o->cow_path);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "snapshot \"%s\": its store %s is recorded as the state "
+                                "directory's, but there is no catalogue", o->name,
+                                o->cow_path);
   }
   fd = catalogue_state_dir_open (e->catalogue, !params->must_exist);
   if (fd < 0)
@@ -455,7 +448,7 @@ snapshot_create (struct snapfg_engine *e,
   }
   if (r < 0) {
     if (why[0])
-      snapfg_error ("%s", why);
+      snapfg_fail (-r, "%s", why);
     if (cp)
       checkpoint_abandon (e, cp);
     snapshot_discard (s);

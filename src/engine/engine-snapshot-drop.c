@@ -56,13 +56,11 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
   }
 
   if (merging) {
-    snapfg_error ("drop: snapshot \"%s\" is being merged into the origin",
-                  name);
-    return -EBUSY;
+    return snapfg_fail (EBUSY, "drop: snapshot \"%s\" is being merged into the origin",
+                               name);
   }
   if (s == NULL) {
-    snapfg_error ("drop: no snapshot named \"%s\"", name);
-    return -ENOENT;
+    return snapfg_fail (ENOENT, "drop: no snapshot named \"%s\"", name);
   }
   snapfg_debug ("snapshot %s dropped (COW %s)", s->name, s->store->dev.path);
   lifecycle_forget (e, s, "dropped");

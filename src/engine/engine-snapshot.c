@@ -127,17 +127,15 @@ changed_refusal (struct snapfg_snapshot *s)
   case SNAPSHOT_VALID:
     return 0;
   case SNAPSHOT_MERGING:
-    snapfg_error ("changed %s: the snapshot is being merged into the "
-                  "origin, so its changed ranges are no longer known; "
-                  "after the merge, back up the origin in full", s->name);
-    return -EBUSY;
+    return snapfg_fail (EBUSY, "changed %s: the snapshot is being merged into the "
+                               "origin, so its changed ranges are no longer known; "
+                               "after the merge, back up the origin in full", s->name);
   default:
-    snapfg_error ("changed %s: the snapshot is %s, so the list of origin "
-                  "ranges changed since it was taken is incomplete; take a "
-                  "full backup", s->name,
-                  atomic_load (&s->state) == SNAPSHOT_DROPPED
-                  ? "dropped" : "Invalid");
-    return -EIO;
+    return snapfg_fail (EIO, "changed %s: the snapshot is %s, so the list of origin "
+                             "ranges changed since it was taken is incomplete; take a "
+                             "full backup", s->name,
+                             atomic_load (&s->state) == SNAPSHOT_DROPPED
+                             ? "dropped" : "Invalid");
   }
 }
 

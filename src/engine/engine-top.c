@@ -218,8 +218,7 @@ snapfg_set_block_size (struct snapfg_engine *e, uint32_t block_size)
   const char *problem = snapfg_check_block_size (block_size);
 
   if (problem) {
-    snapfg_error ("block size %" PRIu32 ": %s", block_size, problem);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "block size %" PRIu32 ": %s", block_size, problem);
   }
   /* Requests in flight finish under the old geometry. */
   {

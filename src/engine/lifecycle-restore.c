@@ -22,6 +22,7 @@
 #include "catalogue.h"
 #include "scoped-lock.h"
 #include "snapfg-log.h"
+#include "snapfg-error.h"
 
 /* A catalogue record whose store says it was dropped: the server died
  * between marking the store and telling the catalogue.  Finish it.
@@ -82,6 +83,7 @@ snapfg_engine_restore (struct snapfg_engine *e)
       continue;
     }
 
+    snapfg_clear_error ();
     r = snapfg_snapshot_create (e, &o);
     if (r == -ESTALE) {
       snapfg_debug ("state=%s: snapshot %s was being dropped: done",
@@ -90,10 +92,22 @@ snapfg_engine_restore (struct snapfg_engine *e)
       continue;
     }
     if (r < 0) {
-      snapfg_error ("state=%s: cannot bring back snapshot \"%s\" (COW %s); "
-                    "see the error above: fix the store, or remove the "
-                    "snapshot's record from the catalogue",
-                    catalogue_path (e->catalogue), rec->name, rec->cow);
+      /* Why, from the record create left (only recorded if it was a
+       * refusal: said here, once, with what to do).
+       */
+      const char *why = snapfg_get_error ();
+
+      if (why && !snapfg_error_logged ())
+        snapfg_fail_logged (-r, "state=%s: cannot bring back snapshot "
+                            "\"%s\" (COW %s): %s; fix the store, or remove "
+                            "the snapshot's record from the catalogue",
+                            catalogue_path (e->catalogue), rec->name,
+                            rec->cow, why);
+      else
+        snapfg_error ("state=%s: cannot bring back snapshot \"%s\" (COW "
+                      "%s); see the error above: fix the store, or remove "
+                      "the snapshot's record from the catalogue",
+                      catalogue_path (e->catalogue), rec->name, rec->cow);
       break;
     }
 

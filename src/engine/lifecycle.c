@@ -89,11 +89,11 @@ lifecycle_unrecord_locked (struct snapfg_engine *e, struct snapfg_snapshot *s,
   if (r == -ENOENT)
     return 0;
   if (r < 0)
-    snapfg_error ("%s %s: the catalogue %s cannot be rewritten (%s): "
-                  "nothing was changed, the snapshot is still there; free "
-                  "some space and try again", strcmp (event, "dropped") == 0
-                  ? "drop" : "snapshot", s->name,
-                  catalogue_path (e->catalogue), strerror (-r));
+    snapfg_fail (-r, "%s %s: the catalogue %s cannot be rewritten (%s): "
+                     "nothing was changed, the snapshot is still there; free "
+                     "some space and try again", strcmp (event, "dropped") == 0
+                     ? "drop" : "snapshot", s->name,
+                     catalogue_path (e->catalogue), strerror (-r));
   else
     s->unrecorded = true;
   return r;
@@ -145,17 +145,15 @@ lifecycle_check_cow (struct snapfg_engine *e, const char *path, bool owned)
    */
   if (!owned && e->catalogue &&
       catalogue_names_own_file (e->catalogue, path, why, sizeof why)) {
-    snapfg_error ("cow=%s: %s; the server writes that file itself, so it "
-                  "cannot be a COW store: name another file", path, why);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "cow=%s: %s; the server writes that file itself, so it "
+                                "cannot be a COW store: name another file", path, why);
   }
 
   if (device_is_uri (path) && self_reference_uri (path, why, sizeof why)) {
-    snapfg_error ("cow=%s: %s; a COW store on this server's own exports "
-                  "would write into the origin and deadlock on the first "
-                  "origin write; use a file, or an export of another "
-                  "server", path, why);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "cow=%s: %s; a COW store on this server's own exports "
+                                "would write into the origin and deadlock on the first "
+                                "origin write; use a file, or an export of another "
+                                "server", path, why);
   }
 
   /* Dropped snapshots still referenced by connections keep their store
@@ -170,11 +168,11 @@ lifecycle_check_cow (struct snapfg_engine *e, const char *path, bool owned)
       break;
     }
   if (holder) {
-    snapfg_error ("cow=%s: still the COW store of snapshot \"%s\", dropped "
-                  "but still used by %d connection%s; every snapshot needs "
-                  "its own store: wait until they disconnect, or use "
-                  "another file", path, holder, connections,
-                  connections == 1 ? "" : "s");
+    snapfg_fail (EBUSY, "cow=%s: still the COW store of snapshot \"%s\", dropped "
+                        "but still used by %d connection%s; every snapshot needs "
+                        "its own store: wait until they disconnect, or use "
+                        "another file", path, holder, connections,
+                        connections == 1 ? "" : "s");
   }
   pthread_mutex_unlock (&engine_live_lock);
   return holder ? -EBUSY : 0;

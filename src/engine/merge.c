@@ -323,8 +323,8 @@ merge_start_thread (struct snapfg_snapshot *s)
         s->engine->merge_threads--;
       }
       atomic_fetch_sub (&s->refs, 1);
-      snapfg_error ("snapshot %s: cannot start the merge thread: %s",
-                    s->name, strerror (err));
+      snapfg_fail_logged (err, "snapshot %s: cannot start the merge thread: %s",
+                               s->name, strerror (err));
     }
     else
       s->merge_thread_running = true;
@@ -389,8 +389,7 @@ snapfg_snapshot_merge (struct snapfg_engine *e, const char *name)
   int r = 0;
 
   if (s == NULL) {
-    snapfg_error ("merge: no snapshot named \"%s\"", name);
-    return -ENOENT;
+    return snapfg_fail (ENOENT, "merge: no snapshot named \"%s\"", name);
   }
 
   /* Checked and switched with requests stopped, so no snapshot can be
@@ -403,8 +402,7 @@ snapfg_snapshot_merge (struct snapfg_engine *e, const char *name)
   }
 
   if (problem) {
-    snapfg_error ("merge %s: %s", name, problem);
-    r = -EINVAL;
+    r = snapfg_fail (EINVAL, "merge %s: %s", name, problem);
   }
   if (r == 0) {
     snapfg_debug ("snapshot %s: merging %" PRIu64 " chunks into the origin",

@@ -363,111 +363,113 @@ binding_facts (const struct binding_want *want,
 }
 
 /* Say why the store is refused: the file, the reason, the way out. */
-static void
-log_refusal (enum binding_reason reason, const struct binding_want *want,
-             const char *path, const struct store_binding *found,
-             unsigned facts, const char *what)
+static int
+log_refusal (int err, enum binding_reason reason,
+             const struct binding_want *want, const char *path,
+             const struct store_binding *found, unsigned facts,
+             const char *what)
 {
   const char *name = want->name;
 
   switch (reason) {
   case BR_NOT_NEW:
-    snapfg_error ("cow=%s: already holds a snapshot store%s; a snapshot "
-                  "created at run time needs a new, empty or all-zero COW "
-                  "file (an existing store comes back only at start-up, "
-                  "through state= or cow=/snapshot=); the file is left "
-                  "unchanged", path,
-                  facts & BF_MERGE_MARK ? " with a merge in progress (the "
-                  "origin is half merged: restart with this store to "
-                  "finish it)"
-                  : facts & BF_DROPPED ? " whose snapshot was dropped" : "");
+    snapfg_fail (err, "cow=%s: already holds a snapshot store%s; a snapshot "
+                      "created at run time needs a new, empty or all-zero COW "
+                      "file (an existing store comes back only at start-up, "
+                      "through state= or cow=/snapshot=); the file is left "
+                      "unchanged", path,
+                      facts & BF_MERGE_MARK ? " with a merge in progress (the "
+                      "origin is half merged: restart with this store to "
+                      "finish it)"
+                      : facts & BF_DROPPED ? " whose snapshot was dropped" : "");
     break;
   case BR_OTHER_ORIGIN:
     if (binding_origin_compare (found, want->origin, NULL, 0)
         == BINDING_ORIGIN_REPLACED)
-      snapfg_error ("cow=%s: the origin was replaced since this store was "
-                    "bound to it: origin=%s has the same path and size, "
-                    "but %s, so this store's snapshot is of another disk; "
-                    "the file is left unchanged (if the origin really is "
-                    "the same disk -- restored from a copy, or a block "
-                    "device renumbered -- start once with "
-                    "origin-moved=true to rebind the store to it)",
-                    path, want->origin->path, what);
+      snapfg_fail (err, "cow=%s: the origin was replaced since this store was "
+                        "bound to it: origin=%s has the same path and size, "
+                        "but %s, so this store's snapshot is of another disk; "
+                        "the file is left unchanged (if the origin really is "
+                        "the same disk -- restored from a copy, or a block "
+                        "device renumbered -- start once with "
+                        "origin-moved=true to rebind the store to it)",
+                        path, want->origin->path, what);
     else
-      snapfg_error ("cow=%s: this store belongs to another origin (%s, %"
-                    PRIu64 " bytes), not to origin=%s (%s); a snapshot "
-                    "store only serves the origin it was taken of (the file "
-                    "is left unchanged%s)", path, found->origin_path,
-                    found->origin_size, want->origin->path, what,
-                    found->origin_size == want->origin->size
-                    ? "; if it really is that origin, moved, start once "
-                    "with origin-moved=true" : "");
+      snapfg_fail (err, "cow=%s: this store belongs to another origin (%s, %"
+                        PRIu64 " bytes), not to origin=%s (%s); a snapshot "
+                        "store only serves the origin it was taken of (the file "
+                        "is left unchanged%s)", path, found->origin_path,
+                        found->origin_size, want->origin->path, what,
+                        found->origin_size == want->origin->size
+                        ? "; if it really is that origin, moved, start once "
+                        "with origin-moved=true" : "");
     break;
   case BR_DROPPED:
-    snapfg_error ("cow=%s: snapshot \"%s\" in this store was dropped; the "
-                  "origin has changed since, so it can never be a valid "
-                  "snapshot again (delete the file, or use a new one); the "
-                  "file is left unchanged", path, found->name);
+    snapfg_fail (err, "cow=%s: snapshot \"%s\" in this store was dropped; the "
+                      "origin has changed since, so it can never be a valid "
+                      "snapshot again (delete the file, or use a new one); the "
+                      "file is left unchanged", path, found->name);
     break;
   case BR_NOT_RECORDED_STORE:
-    snapfg_error ("cow=%s: not the store the catalogue recorded for "
-                  "snapshot \"%s\" (uuid %s; the file holds %s%s); the "
-                  "file is left unchanged: put the right store back, or "
-                  "remove the snapshot's record from the catalogue",
-                  path, name, want->uuid ? want->uuid : "?",
-                  found->present ? "uuid " : "no snapfg binding",
-                  found->present ? found->uuid : "");
+    snapfg_fail (err, "cow=%s: not the store the catalogue recorded for "
+                      "snapshot \"%s\" (uuid %s; the file holds %s%s); the "
+                      "file is left unchanged: put the right store back, or "
+                      "remove the snapshot's record from the catalogue",
+                      path, name, want->uuid ? want->uuid : "?",
+                      found->present ? "uuid " : "no snapfg binding",
+                      found->present ? found->uuid : "");
     break;
   case BR_UNKNOWN_MERGE:
-    snapfg_error ("cow=%s: snapshot \"%s\" carries a merge mark, but the "
-                  "catalogue records no merge of it; refusing to guess "
-                  "which view of the origin is right (the file is left "
-                  "unchanged)", path, name);
+    snapfg_fail (err, "cow=%s: snapshot \"%s\" carries a merge mark, but the "
+                      "catalogue records no merge of it; refusing to guess "
+                      "which view of the origin is right (the file is left "
+                      "unchanged)", path, name);
     break;
   case BR_OTHER_NAME:
-    snapfg_error ("cow=%s: the catalogue records this store as snapshot "
-                  "\"%s\" (uuid %s), but the store holds snapshot \"%s\" "
-                  "(uuid %s); refusing to serve it under another name (the "
-                  "file is left unchanged): correct the catalogue record",
-                  path, name, want->uuid ? want->uuid : "?",
-                  found->name, found->uuid);
+    snapfg_fail (err, "cow=%s: the catalogue records this store as snapshot "
+                      "\"%s\" (uuid %s), but the store holds snapshot \"%s\" "
+                      "(uuid %s); refusing to serve it under another name (the "
+                      "file is left unchanged): correct the catalogue record",
+                      path, name, want->uuid ? want->uuid : "?",
+                      found->name, found->uuid);
     break;
   case BR_FORGOTTEN_RUNTIME:
-    snapfg_error ("cow=%s: snapshot \"%s\" in this store was created at "
-                  "run time without state= and forgotten when its server "
-                  "stopped; the origin may have changed since, so it "
-                  "cannot be attached as a valid snapshot (use state= to "
-                  "keep run-time snapshots across restarts; the file is "
-                  "left unchanged)", path, found->name);
+    snapfg_fail (err, "cow=%s: snapshot \"%s\" in this store was created at "
+                      "run time without state= and forgotten when its server "
+                      "stopped; the origin may have changed since, so it "
+                      "cannot be attached as a valid snapshot (use state= to "
+                      "keep run-time snapshots across restarts; the file is "
+                      "left unchanged)", path, found->name);
     break;
   case BR_NEEDS_CATALOGUE:
-    snapfg_error ("cow=%s: snapshot \"%s\" in this store belongs to a "
-                  "catalogue (id %s); only that catalogue can bring it "
-                  "back: start with its state= file (the file is left "
-                  "unchanged)", path, found->name, found->catalogue_id);
+    snapfg_fail (err, "cow=%s: snapshot \"%s\" in this store belongs to a "
+                      "catalogue (id %s); only that catalogue can bring it "
+                      "back: start with its state= file (the file is left "
+                      "unchanged)", path, found->name, found->catalogue_id);
     break;
   case BR_OTHER_CATALOGUE:
-    snapfg_error ("cow=%s: snapshot \"%s\" in this store belongs to "
-                  "another catalogue (id %s, not %s); the file is left "
-                  "unchanged", path, found->name, found->catalogue_id,
-                  want->catalogue_id);
+    snapfg_fail (err, "cow=%s: snapshot \"%s\" in this store belongs to "
+                      "another catalogue (id %s, not %s); the file is left "
+                      "unchanged", path, found->name, found->catalogue_id,
+                      want->catalogue_id);
     break;
   case BR_NOT_IN_CATALOGUE:
-    snapfg_error ("cow=%s: snapshot \"%s\" in this store was dropped "
-                  "from or forgotten by the catalogue; the origin may "
-                  "have changed since, so it cannot be attached as a "
-                  "valid snapshot (the file is left unchanged)",
-                  path, found->name);
+    snapfg_fail (err, "cow=%s: snapshot \"%s\" in this store was dropped "
+                      "from or forgotten by the catalogue; the origin may "
+                      "have changed since, so it cannot be attached as a "
+                      "valid snapshot (the file is left unchanged)",
+                      path, found->name);
     break;
   case BR_MERGE_WITHOUT_CATALOGUE:
-    snapfg_error ("cow=%s: this store carries a merge in progress that "
-                  "the catalogue does not know of; restart once without "
-                  "state= to finish the merge (the file is left "
-                  "unchanged)", path);
+    snapfg_fail (err, "cow=%s: this store carries a merge in progress that "
+                      "the catalogue does not know of; restart once without "
+                      "state= to finish the merge (the file is left "
+                      "unchanged)", path);
     break;
   case BR_OK: case BR_MERGE_TO_FINISH: case BR_DROP_UNDER_WAY:
     break;
   }
+  return -err;
 }
 
 int
@@ -494,11 +496,9 @@ binding_check (const struct binding_want *want, const char *path,
   case BV_FINISH_DROP:
     return -ESTALE;
   case BV_BUSY:
-    log_refusal (d.reason, want, path, found, facts, what);
-    return -EBUSY;
+    return log_refusal (EBUSY, d.reason, want, path, found, facts, what);
   case BV_REFUSE:
     break;
   }
-  log_refusal (d.reason, want, path, found, facts, what);
-  return -EINVAL;
+  return log_refusal (EINVAL, d.reason, want, path, found, facts, what);
 }

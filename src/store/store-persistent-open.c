@@ -101,11 +101,10 @@ check_unsynced_mark (struct persistent_store *ps, const char *path,
   bool same_boot;
 
   if (h->valid != 0) {
-    snapfg_error ("cow=%s: the header says valid = %" PRIu32 " and carries "
-                  "snapfg's unsynced mark, which only a store with valid = 0 "
-                  "can; refusing to use it (the file is left unchanged)",
-                  path, h->valid);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "cow=%s: the header says valid = %" PRIu32 " and carries "
+                                "snapfg's unsynced mark, which only a store with valid = 0 "
+                                "can; refusing to use it (the file is left unchanged)",
+                                path, h->valid);
   }
   same_boot = read_boot_id (now, sizeof now) &&
     strncmp (now, h->snapfg_unsynced_boot, SNAPFG_UNSYNCED_BOOT_LEN) == 0;
@@ -178,11 +177,10 @@ set_unsynced_mark (struct persistent_store *ps,
     return 0;
   if (params->unsynced) {
     if (!read_boot_id (ps->boot_id, sizeof ps->boot_id)) {
-      snapfg_error ("cow=%s: durability=flush needs the kernel's boot id "
-                    "(/proc/sys/kernel/random/boot_id) to tell a process "
-                    "crash from a power loss, and it cannot be read "
-                    "(use durability=sync)", params->path);
-      return -EINVAL;
+      return snapfg_fail (EINVAL, "cow=%s: durability=flush needs the kernel's boot id "
+                                  "(/proc/sys/kernel/random/boot_id) to tell a process "
+                                  "crash from a power loss, and it cannot be read "
+                                  "(use durability=sync)", params->path);
     }
     ps->unsynced = true;
     ps->marked = true;
@@ -200,8 +198,8 @@ set_unsynced_mark (struct persistent_store *ps,
   if (r == 0)
     r = persistent_sync (ps);
   if (r < 0)
-    snapfg_error ("cow=%s: cannot write the header: %s",
-                  params->path, strerror (-r));
+    snapfg_fail (-r, "cow=%s: cannot write the header: %s",
+                     params->path, strerror (-r));
   return r;
 }
 
@@ -223,18 +221,17 @@ check_binding (struct persistent_store *ps,
   if (kind == DM_HEADER_VALID) {
     r = device_pread (&ps->base.dev, sector, sizeof sector, 0);
     if (r < 0) {
-      snapfg_error ("cow=%s: cannot read the header: %s", params->path,
-                    strerror (-r));
+      snapfg_fail (-r, "cow=%s: cannot read the header: %s", params->path,
+                       strerror (-r));
       return r;
     }
     memcpy (ps->binding_raw, sector + STORE_BINDING_OFFSET,
             STORE_BINDING_SIZE);
     if (binding_decode (ps->binding_raw, &found) < 0) {
-      snapfg_error ("cow=%s: the snapfg binding record in the header is "
-                    "damaged (checksum mismatch); refusing to use the "
-                    "store (the file is left unchanged; snapfgctl inspect "
-                    "shows the rest of it)", params->path);
-      return -EINVAL;
+      return snapfg_fail (EINVAL, "cow=%s: the snapfg binding record in the header is "
+                                  "damaged (checksum mismatch); refusing to use the "
+                                  "store (the file is left unchanged; snapfgctl inspect "
+                                  "shows the rest of it)", params->path);
     }
     if (found.present)
       snprintf (ps->base.uuid, sizeof ps->base.uuid, "%s", found.uuid);
@@ -244,11 +241,10 @@ check_binding (struct persistent_store *ps,
 
   if (kind == DM_HEADER_EMPTY) {
     if (want->request == BIND_RESTORE) {
-      snapfg_error ("cow=%s: the catalogue's snapshot \"%s\" should be in "
-                    "this file, but it holds no store (empty or all "
-                    "zero); put the store back, or remove the snapshot's "
-                    "record from the catalogue", params->path, want->name);
-      return -EINVAL;
+      return snapfg_fail (EINVAL, "cow=%s: the catalogue's snapshot \"%s\" should be in "
+                                  "this file, but it holds no store (empty or all "
+                                  "zero); put the store back, or remove the snapshot's "
+                                  "record from the catalogue", params->path, want->name);
     }
     binding_make (want, NULL, &b);
     binding_encode (&b, ps->binding_raw);
@@ -291,8 +287,8 @@ format_new_store (struct persistent_store *ps)
   if (r == 0)
     r = persistent_sync (ps);
   if (r < 0) {
-    snapfg_error ("cow=%s: cannot write a new store: %s",
-                  st->dev.path, strerror (-r));
+    snapfg_fail (-r, "cow=%s: cannot write a new store: %s",
+                     st->dev.path, strerror (-r));
     return r;
   }
   ps->fresh = true;
@@ -338,17 +334,16 @@ persistent_store_open (const struct snapfg_store_params *params,
     /* Crash safety orders COW data, then metadata, then the origin by
      * flushing the store between them.
      */
-    snapfg_error ("cow=%s: the NBD server cannot flush, and a persistent "
-                  "store needs flushes for crash safety (use store=transient "
-                  "or a server that supports flush)", params->path);
-    r = -EINVAL;
+    r = snapfg_fail (EINVAL, "cow=%s: the NBD server cannot flush, and a persistent "
+                             "store needs flushes for crash safety (use store=transient "
+                             "or a server that supports flush)", params->path);
     goto fail;
   }
 
   r = dm_read_header (&st->dev, &h, &kind, why, sizeof why);
   if (r < 0) {
-    snapfg_error ("cow=%s: %s; refusing to use it (the file is left "
-                  "unchanged)", params->path, why);
+    snapfg_fail (-r, "cow=%s: %s; refusing to use it (the file is left "
+                     "unchanged)", params->path, why);
     goto fail;
   }
 

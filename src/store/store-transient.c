@@ -162,8 +162,8 @@ check_empty (const struct snapfg_store_params *params,
     return 0;
   r = device_is_all_zero (&st->dev);
   if (r < 0) {
-    snapfg_error ("cow=%s: cannot read the COW %s: %s", params->path,
-                  device_noun (st->dev.path), strerror (-r));
+    snapfg_fail (-r, "cow=%s: cannot read the COW %s: %s", params->path,
+                     device_noun (st->dev.path), strerror (-r));
     return r;
   }
   if (r == 0) {
@@ -174,19 +174,18 @@ check_empty (const struct snapfg_store_params *params,
      * export has to be zeroed.
      */
     if (!st->dev.fixed_size)
-      snapfg_error ("cow=%s: the file holds data that is not an empty "
-                    "store (a transient store needs a new, empty or "
-                    "all-zero file; a transient COW file left by a crash "
-                    "must be removed by hand); refusing to overwrite it",
-                    params->path);
+      return snapfg_fail (EEXIST, "cow=%s: the file holds data that is not an empty "
+                                  "store (a transient store needs a new, empty or "
+                                  "all-zero file; a transient COW file left by a crash "
+                                  "must be removed by hand); refusing to overwrite it",
+                                  params->path);
     else
-      snapfg_error ("cow=%s: the %s holds data that is not an empty "
-                    "store (a transient store needs an all-zero %s; if "
-                    "this is a transient COW left by a crash and nothing "
-                    "else is on it, zero it by hand, for example with "
-                    "'blkdiscard -z' for a block device); refusing to "
-                    "overwrite it", params->path, noun, noun);
-    return -EEXIST;
+      return snapfg_fail (EEXIST, "cow=%s: the %s holds data that is not an empty "
+                                  "store (a transient store needs an all-zero %s; if "
+                                  "this is a transient COW left by a crash and nothing "
+                                  "else is on it, zero it by hand, for example with "
+                                  "'blkdiscard -z' for a block device); refusing to "
+                                  "overwrite it", params->path, noun, noun);
   }
   return 0;
 }

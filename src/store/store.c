@@ -41,9 +41,8 @@ store_open (const struct snapfg_store_params *params,
   const struct store_type *t = store_type_find (params->type);
 
   if (t == NULL) {
-    snapfg_error ("store=%s: unknown store type (expected "
-                  SNAPFG_STORE_TYPE_CHOICES ")", params->type);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "store=%s: unknown store type (expected "
+                                SNAPFG_STORE_TYPE_CHOICES ")", params->type);
   }
   return t->open (params, stp);
 }
@@ -91,27 +90,26 @@ open_in_state_dir (const struct snapfg_store_params *params,
     if (r == -EEXIST) {
       bool link = fstatat (params->state_dirfd, params->state_leaf, &sb,
                            AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK (sb.st_mode);
-      snapfg_error ("cow=%s: %s of that name is already in the state "
-                    "directory, but the catalogue records no snapshot "
-                    "using it (left by a crash, or put there by someone "
-                    "else); the server never reuses, overwrites or writes "
-                    "through it: remove it, or give this snapshot another "
-                    "name", params->path,
-                    link ? "a symbolic link" : "a file");
+      snapfg_fail (-r, "cow=%s: %s of that name is already in the state "
+                       "directory, but the catalogue records no snapshot "
+                       "using it (left by a crash, or put there by someone "
+                       "else); the server never reuses, overwrites or writes "
+                       "through it: remove it, or give this snapshot another "
+                       "name", params->path,
+                       link ? "a symbolic link" : "a file");
     }
     else if (r == -ELOOP)
-      snapfg_error ("cow=%s: is a symbolic link; the server never writes a "
-                    "store of its state directory through a link (remove "
-                    "the link)", params->path);
+      snapfg_fail (-r, "cow=%s: is a symbolic link; the server never writes a "
+                       "store of its state directory through a link (remove "
+                       "the link)", params->path);
     else
-      snapfg_error ("cow=%s: cannot %s the COW file: %s", params->path,
-                    params->must_exist ? "open" : "create", strerror (-r));
+      snapfg_fail (-r, "cow=%s: cannot %s the COW file: %s", params->path,
+                       params->must_exist ? "open" : "create", strerror (-r));
     return r;
   }
   st->created = !params->must_exist;
   if (fstat (fd, &sb) == -1 || !S_ISREG (sb.st_mode)) {
-    snapfg_error ("cow=%s: not a regular file", params->path);
-    r = -EINVAL;
+    r = snapfg_fail (EINVAL, "cow=%s: not a regular file", params->path);
     goto fail;
   }
   if (params->must_exist) {
@@ -121,7 +119,7 @@ open_in_state_dir (const struct snapfg_store_params *params,
   }
   r = device_adopt_file (&st->dev, params->path, fd);
   if (r < 0) {
-    snapfg_error ("cow=%s: %s", params->path, strerror (-r));
+    snapfg_fail (-r, "cow=%s: %s", params->path, strerror (-r));
     goto fail;
   }
   return 0;
@@ -156,21 +154,21 @@ store_open_device (const struct snapfg_store_params *params,
       goto lock;
     }
     if (r != -EEXIST) {
-      snapfg_error ("cow=%s: cannot create the COW file: %s",
-                    params->path, device_strerror (r));
+      snapfg_fail (-r, "cow=%s: cannot create the COW file: %s",
+                       params->path, device_strerror (r));
       return r;
     }
   }
 
   r = device_open (&st->dev, params->path, false);
   if (r < 0) {
-    snapfg_error ("cow=%s: cannot open the COW %s: %s", params->path,
-                  device_noun (params->path), device_strerror (r));
+    snapfg_fail (-r, "cow=%s: cannot open the COW %s: %s", params->path,
+                     device_noun (params->path), device_strerror (r));
     return r;
   }
   if (device_same (&st->dev, params->origin)) {
-    snapfg_error ("cow=%s: is the origin itself; the COW store must be "
-                  "a different file", params->path);
+    snapfg_fail (EINVAL, "cow=%s: is the origin itself; the COW store must be "
+                         "a different file", params->path);
     device_close (&st->dev);
     return -EINVAL;
   }
@@ -182,12 +180,12 @@ lock:
   r = device_lock (&st->dev, true);
   if (r < 0) {
     if (r == -EAGAIN)
-      snapfg_error ("cow=%s: the COW file is in use (locked by another "
-                    "snapfg server, or a program such as QEMU); stop it "
-                    "first, or use another file", params->path);
+      snapfg_fail (-r, "cow=%s: the COW file is in use (locked by another "
+                       "snapfg server, or a program such as QEMU); stop it "
+                       "first, or use another file", params->path);
     else
-      snapfg_error ("cow=%s: cannot lock the COW file: %s",
-                    params->path, strerror (-r));
+      snapfg_fail (-r, "cow=%s: cannot lock the COW file: %s",
+                       params->path, strerror (-r));
     /* A file we created a moment ago and someone else locked is
      * theirs now: leave it.
      */
@@ -217,27 +215,24 @@ store_set_size (const struct snapfg_store_params *params,
 
   if (st->dev.fixed_size) {
     if (params->cow_size > st->dev.size) {
-      snapfg_error ("cow-size=%" PRIu64 ": larger than the COW device "
-                    "%s (%" PRIu64 " bytes)",
-                    params->cow_size, st->dev.path, st->dev.size);
-      return -EINVAL;
+      return snapfg_fail (EINVAL, "cow-size=%" PRIu64 ": larger than the COW device "
+                                  "%s (%" PRIu64 " bytes)",
+                                  params->cow_size, st->dev.path, st->dev.size);
     }
     if (params->cow_size == 0)
       cow_size = st->dev.size;   /* a block device or export: its size */
   }
   st->max_chunks = cow_size >> st->chunk_shift;
   if (st->max_chunks > SNAPFG_MAX_COW_CHUNKS) {
-    snapfg_error ("cow-size=%" PRIu64 ": the COW store %s would hold more "
-                  "than %" PRIu32 " chunks of %" PRIu32 " bytes; use a "
-                  "larger chunk-size", cow_size, st->dev.path,
-                  SNAPFG_MAX_COW_CHUNKS, st->chunk_size);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "cow-size=%" PRIu64 ": the COW store %s would hold more "
+                                "than %" PRIu32 " chunks of %" PRIu32 " bytes; use a "
+                                "larger chunk-size", cow_size, st->dev.path,
+                                SNAPFG_MAX_COW_CHUNKS, st->chunk_size);
   }
   if (st->max_chunks == 0) {
-    snapfg_error ("cow-size=%" PRIu64 ": smaller than one chunk "
-                  "(%" PRIu32 " bytes) of the COW store %s",
-                  cow_size, st->chunk_size, st->dev.path);
-    return -EINVAL;
+    return snapfg_fail (EINVAL, "cow-size=%" PRIu64 ": smaller than one chunk "
+                                "(%" PRIu32 " bytes) of the COW store %s",
+                                cow_size, st->chunk_size, st->dev.path);
   }
   return 0;
 }
