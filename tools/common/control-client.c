@@ -76,8 +76,9 @@ control_client_connect (struct control_client *c, const char *path,
   return 0;
 
  fail:
-  /* A client that failed to open holds nothing: its callers only print
-   * c->error and never close it.
+  /* A client that failed to open holds nothing, so that a caller that
+   * only prints c->error and returns leaks nothing (closing it anyway
+   * is harmless).
    */
   free (c->what);
   c->what = NULL;
