@@ -120,9 +120,13 @@ device_copy (const struct snapfg_device *src, uint64_t src_offset,
    * range it was asked to fill.
    */
   if (count > DEVICE_COPY_BUFFER_CACHED &&
-      src->ops->copy != NULL && src->ops->copy == dst->ops->copy &&
-      src->ops->copy (src, src_offset, dst, dst_offset, count) == 0)
-    return 0;
+      src->ops->copy != NULL && src->ops->copy == dst->ops->copy) {
+    int r = src->ops->copy (src, src_offset, dst, dst_offset, count);
+
+    device_note_change (dst);
+    if (r == 0)
+      return 0;
+  }
   return copy_through_buffer (src, src_offset, dst, dst_offset, count,
                               src_failed);
 }

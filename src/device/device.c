@@ -18,6 +18,12 @@
 
 #include "device.h"
 
+void
+device_note_change (const struct snapfg_device *dev)
+{
+  atomic_fetch_add ((_Atomic uint64_t *) &dev->changes, 1);
+}
+
 /* --- errors explained by backends --- */
 
 static __thread int last_error_r;
@@ -91,6 +97,8 @@ device_reset (struct snapfg_device *dev, bool readonly)
   memset (dev, 0, sizeof *dev);
   dev->can_flush = true;
   dev->readonly = readonly;
+  atomic_init (&dev->changes, 1);
+  atomic_init (&dev->flushed, 0);
 }
 
 /* Open or create (create true) dev with the backend that claims path. */
@@ -208,39 +216,68 @@ int
 device_pwrite (const struct snapfg_device *dev, const void *buf,
                size_t count, uint64_t offset)
 {
+  int r;
+
   if (count == 0)
     return 0;
-  return dev->ops->pwrite (dev, buf, count, offset);
+  r = dev->ops->pwrite (dev, buf, count, offset);
+  device_note_change (dev);            /* failed too: it may have written some */
+  return r;
 }
 
 int
 device_flush (const struct snapfg_device *dev)
 {
+  uint64_t changes = atomic_load (&dev->changes);
+  uint64_t flushed;
+  int r;
+
   if (!dev->can_flush)
     return 0;
-  return dev->ops->flush (dev);
+  /* Every change that returned before this load is covered by the sync
+   * below; one counted after it makes the next flush sync again.
+   */
+  if (changes == atomic_load (&dev->flushed))
+    return 0;
+  r = dev->ops->flush (dev);
+  if (r == 0) {
+    flushed = atomic_load (&dev->flushed);
+    while (flushed < changes &&
+           !atomic_compare_exchange_weak ((_Atomic uint64_t *) &dev->flushed,
+                                          &flushed, changes))
+      ;
+  }
+  return r;
 }
 
 int
 device_punch (const struct snapfg_device *dev, uint64_t count,
               uint64_t offset)
 {
+  int r;
+
   if (count == 0)
     return 0;
   if (dev->ops->punch == NULL)
     return -EOPNOTSUPP;
-  return dev->ops->punch (dev, count, offset);
+  r = dev->ops->punch (dev, count, offset);
+  device_note_change (dev);
+  return r;
 }
 
 int
 device_preallocate (const struct snapfg_device *dev, uint64_t count,
                     uint64_t offset)
 {
+  int r;
+
   if (count == 0)
     return 0;
   if (dev->readonly || dev->ops->preallocate == NULL)
     return -EOPNOTSUPP;
-  return dev->ops->preallocate (dev, count, offset);
+  r = dev->ops->preallocate (dev, count, offset);
+  device_note_change (dev);
+  return r;
 }
 
 /* Write zeroes the slow way, in bounded pieces. */
@@ -273,6 +310,7 @@ device_zero (const struct snapfg_device *dev, uint64_t count,
   if (count == 0)
     return 0;
   r = dev->ops->zero (dev, count, offset, may_trim, fast_only);
+  device_note_change (dev);
   if (r != -EOPNOTSUPP || fast_only)
     return r;
   return write_zeroes (dev, count, offset);
@@ -302,6 +340,8 @@ device_current_size (const struct snapfg_device *dev, uint64_t *size)
 int
 device_discard_contents (struct snapfg_device *dev, uint64_t used)
 {
+  int r;
+
   if (dev->readonly)
     return 0;                   /* nothing was written to it */
   if (used > dev->size && dev->fixed_size)
@@ -311,7 +351,10 @@ device_discard_contents (struct snapfg_device *dev, uint64_t used)
      * reads as all zero again.
      */
     return device_zero (dev, used, 0, true, false);
-  return dev->ops->discard_contents (dev, used);
+  device_note_change (dev);            /* before and after: it may sync itself */
+  r = dev->ops->discard_contents (dev, used);
+  device_note_change (dev);
+  return r;
 }
 
 /* device_is_all_zero: read every extent that is not known to be zero. */

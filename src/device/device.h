@@ -18,6 +18,7 @@
 #ifndef SNAPFG_DEVICE_H
 #define SNAPFG_DEVICE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -39,7 +40,22 @@ struct snapfg_device {
                               * (shrunk under us) fails I/O there with
                               * -EIO instead of reading zeroes or growing
                               * the file */
+  /* Changes made through this handle (writes, zeroes, trims, copies,
+   * preallocation; counted once each returns), and how many of them the
+   * last successful flush covered: a flush with nothing changed since
+   * is skipped (on ext4 even a clean file's sync costs a flush of the
+   * disk's cache).  1 at open, so that the first flush covers whatever
+   * an earlier process left in the page cache.  Changed through the
+   * const handles the I/O functions take: they count, they describe
+   * nothing.  Every file is written through one handle.
+   */
+  _Atomic uint64_t changes, flushed;
 };
+
+/* A change through dev has returned, for the backends' own writes (see
+ * the struct: the flush skips a device with no change since the last).
+ */
+extern void device_note_change (const struct snapfg_device *dev);
 
 /* Types reported by device_extents; the values match nbdkit's. */
 #define SNAPFG_EXTENT_HOLE 1
