@@ -27,7 +27,8 @@
 # SNAPFG_PLUGIN, BENCH_DIR [new dir in /var/tmp], OUTDIR
 # [bench-results/profile-SYSTEM-WORKLOAD-jN], PERF_FREQ [999],
 # PERF_CALLGRAPH [fp; dwarf gives whole stacks through libc, at a cost],
-# PERF_TRACE [1: also count system calls].
+# PERF_TRACE [1: also count system calls], SNAPFG_ARGS [more plugin
+# parameters for the snapfg systems, words, e.g. "writeback-max=1G"].
 set -euo pipefail
 export LC_ALL=C
 
@@ -73,6 +74,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 snap=(origin="$origin" cow="$cow" chunk-size="$CHUNK_SIZE")
+# shellcheck disable=SC2206 # SNAPFG_ARGS is a list of words on purpose
+[ -z "${SNAPFG_ARGS:-}" ] || snap+=(${SNAPFG_ARGS})
 case $system in
     bare)              args=(file file="$origin") ;;
     snapfg-nosnap)     args=("$SNAPFG_PLUGIN" origin="$origin") ;;
