@@ -91,7 +91,13 @@ held=$(stat_field writeback_held_bytes)
     check_fail "stats: writeback_held_bytes is $held with a write held"
 [ "$(stat_field writeback)" = true ] || check_fail "stats: writeback is not on"
 "$SNAPFGCTL" --socket "$ctlsock" stats >"$tmpdir/stats.txt"
-grep -q '^write-back on (max 134217728 bytes): [0-9]* bytes held' "$tmpdir/stats.txt" &&
+# The default writeback-max: a sixteenth of the memory in whole MiB,
+# from 64M to 1G.
+mem=$(( $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 1024 ))
+want_max=$(( mem / 16 / 1048576 * 1048576 ))
+[ "$want_max" -ge 67108864 ] || want_max=67108864
+[ "$want_max" -le 1073741824 ] || want_max=1073741824
+grep -q "^write-back on (max $want_max bytes): [0-9]* bytes held" "$tmpdir/stats.txt" &&
     info "ok: snapfgctl stats prints the write-back line" ||
     check_fail "snapfgctl stats: no write-back line: $(cat "$tmpdir/stats.txt")"
 "$SNAPFGCTL" --socket "$ctlsock" stats --prometheus >"$tmpdir/prom.txt"

@@ -30,7 +30,7 @@ struct plugin_params params = {
   .max_snapshots = SNAPFG_DEFAULT_MAX_SNAPSHOTS,
   .cbt_granularity = CBT_DEFAULT_GRANULARITY,
   .writeback = true,
-  .writeback_max = SNAPFG_DEFAULT_WRITEBACK_MAX,
+  .writeback_max = 0,                   /* the engine's default */
 };
 
 void

@@ -133,7 +133,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   engine_parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
 
   r = writeback_open (e, opts->writeback, opts->writeback_max
-                      ? opts->writeback_max : SNAPFG_DEFAULT_WRITEBACK_MAX);
+                      ? opts->writeback_max : snapfg_default_writeback_max ());
   if (r < 0) {
     stats_destroy (&e->stats);
     pthread_cond_destroy (&e->merge_threads_done);

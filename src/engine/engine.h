@@ -54,14 +54,16 @@ struct snapfg_options {
   uint32_t block_size;             /* 512 or 4096 */
   unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
   bool writeback;                  /* writeback=on */
-  uint64_t writeback_max;          /* 0: SNAPFG_DEFAULT_WRITEBACK_MAX */
+  uint64_t writeback_max;          /* 0: snapfg_default_writeback_max () */
   bool origin_moved;               /* origin-moved=true: stores and bitmaps
                                       bound to another disk of the
                                       origin's size are rebound to it */
 };
 
-/* writeback-max= default: see nbdkit-snapfg-plugin(1). */
-#define SNAPFG_DEFAULT_WRITEBACK_MAX (128 * 1024 * 1024)
+/* writeback-max= default: a sixteenth of the machine's memory, at
+ * least 64M and at most 1G (see nbdkit-snapfg-plugin(1)).
+ */
+extern uint64_t snapfg_default_writeback_max (void);
 
 /* Write-back of first writes (writeback=), for stats. */
 struct snapfg_writeback_stats {
