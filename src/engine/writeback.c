@@ -65,7 +65,7 @@ struct held_write {
   uint32_t count;
   uint64_t cost;
   atomic_int refs;                /* the queue, and readers laying it over */
-  bool ready;                     /* acknowledged (under the lock) */
+  atomic_bool ready;              /* acknowledged (set without the lock) */
   bool cancelled;                 /* its copy-outs failed: never applied */
   unsigned char data[];           /* ORIGIN_WRITE: the new data */
 };
@@ -93,7 +93,7 @@ struct writeback {
   uint64_t held_writes;
   unsigned waiting;               /* writers waiting for room now */
   unsigned urgent;                /* others waiting for applied_seq */
-  bool idle;                      /* the committer waits for work */
+  atomic_bool idle;               /* the committer waits for work */
   bool gathering;                 /* the committer gathers a round */
   struct held_write *pool;        /* mappings kept for reuse */
   uint64_t pool_bytes;            /* their cost (in held_bytes too) */
@@ -338,7 +338,7 @@ held_new (struct held_write *reuse, int op, const void *buf, uint32_t count,
   h->count = count;
   h->cost = writeback_cost (op, count);
   atomic_init (&h->refs, 1);
-  h->ready = false;
+  atomic_init (&h->ready, false);
   h->cancelled = false;
   if (data)
     memcpy (h->data, buf, data);
@@ -404,20 +404,24 @@ writeback_hold_first (struct snapfg_engine *e, int op, const void *buf,
   uint64_t cost = writeback_cost (op, count);
   struct held_write *h, *reuse, *spare;
 
-  /* Cheap check first, so that a full queue costs no copy.  A pooled
-   * mapping of the size is taken, or pooled ones are given up before
-   * new memory is touched.
+  /* A large write looks first, so that a full queue costs no copy: a
+   * pooled mapping of its size is taken, or pooled ones are given up
+   * before new memory is touched.  A small one (from the heap) takes
+   * the lock once: when there is no room, its copy was wasted.
    */
-  pthread_mutex_lock (&wb->lock);
-  if (!has_room (wb, cost)) {
+  reuse = NULL;
+  if (cost >= HELD_MMAP_MIN) {
+    pthread_mutex_lock (&wb->lock);
+    if (!has_room (wb, cost)) {
+      pthread_mutex_unlock (&wb->lock);
+      *r = -EAGAIN;
+      return NULL;
+    }
+    reuse = pool_take (wb, cost);
+    spare = reuse ? NULL : pool_trim (wb, cost);
     pthread_mutex_unlock (&wb->lock);
-    *r = -EAGAIN;
-    return NULL;
+    held_free_list (spare);
   }
-  reuse = pool_take (wb, cost);
-  spare = reuse ? NULL : pool_trim (wb, cost);
-  pthread_mutex_unlock (&wb->lock);
-  held_free_list (spare);
 
   h = held_new (reuse, op, buf, count, offset, flags);
   if (h == NULL) {
@@ -433,6 +437,11 @@ writeback_hold_first (struct snapfg_engine *e, int op, const void *buf,
   }
   spare = pool_trim (wb, h->cost);
   enqueue (wb, h);
+  /* Gathering a round: start it if this makes it full (ready or not,
+   * this write is not in it).
+   */
+  if (round_is_full (wb))
+    wake_committer (wb, true);
   pthread_mutex_unlock (&wb->lock);
   held_free_list (spare);
   return h;
@@ -464,10 +473,18 @@ writeback_ready (struct snapfg_engine *e, struct held_write *h)
 {
   struct writeback *wb = e->wb;
 
-  pthread_mutex_lock (&wb->lock);
-  h->ready = true;
-  wake_committer (wb, round_is_full (wb));
-  pthread_mutex_unlock (&wb->lock);
+  /* No lock unless the committer waits for work: it says so (idle)
+   * before it looks at the queue a last time, and this says ready
+   * before it looks at idle, so one of the two sees the other (both
+   * sequentially consistent).  Taking the lock to signal then means the
+   * committer is waiting, or will be once it drops the lock.
+   */
+  atomic_store (&h->ready, true);
+  if (atomic_load (&wb->idle)) {
+    pthread_mutex_lock (&wb->lock);
+    wake_committer (wb, false);
+    pthread_mutex_unlock (&wb->lock);
+  }
 }
 
 void
@@ -477,7 +494,7 @@ writeback_cancel (struct snapfg_engine *e, struct held_write *h)
 
   pthread_mutex_lock (&wb->lock);
   h->cancelled = true;
-  h->ready = true;
+  atomic_store (&h->ready, true);
   wake_committer (wb, false);
   pthread_mutex_unlock (&wb->lock);
 }
@@ -539,7 +556,7 @@ writeback_order_after_held (struct snapfg_engine *e, int op, const void *buf,
    * client request, since the check above found room.
    */
   spare = pool_trim (wb, h->cost);
-  h->ready = true;
+  atomic_store (&h->ready, true);
   enqueue (wb, h);
   wake_committer (wb, round_is_full (wb));
   pthread_mutex_unlock (&wb->lock);
@@ -604,7 +621,7 @@ writeback_read_begin (struct snapfg_engine *e, uint32_t count,
   pthread_mutex_lock (&wb->lock);
   if (index_overlaps (wb, offset, count))
     for (struct held_write *h = wb->head; h; h = h->next) {
-      if (!h->ready || h->cancelled ||
+      if (!atomic_load (&h->ready) || h->cancelled ||
           !ranges_overlap (h->offset, h->count, offset, count))
         continue;
       if (v->n == v->cap) {
@@ -723,9 +740,11 @@ committer (void *arg)
     uint64_t batches, freed, pooled_bytes;
     struct held_write *pooled, **pooled_tail;
 
-    while (!(wb->head && wb->head->ready) &&
-           !(atomic_load (&wb->stop) && !wb->head)) {
-      wb->idle = true;
+    for (;;) {
+      atomic_store (&wb->idle, true);     /* before the look: see ready */
+      if ((wb->head && atomic_load (&wb->head->ready)) ||
+          (atomic_load (&wb->stop) && !wb->head))
+        break;
       if (wb->pool && wb->head == NULL) {
         struct timespec until;
         struct held_write *pool;
@@ -746,8 +765,8 @@ committer (void *arg)
       }
       else
         pthread_cond_wait (&wb->work, &wb->lock);
-      wb->idle = false;
     }
+    atomic_store (&wb->idle, false);
     if (wb->head == NULL)
       break;                    /* stopping, and nothing is held */
     if (!round_wanted_now (wb)) {
@@ -779,7 +798,7 @@ committer (void *arg)
      * ready; others' early is harmless).
      */
     first = last = wb->head;
-    while (last->next && last->next->ready)
+    while (last->next && atomic_load (&last->next->ready))
       last = last->next;
     taken = wb->pairs;
     batches = wb->batches;
