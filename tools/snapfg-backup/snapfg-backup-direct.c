@@ -128,10 +128,13 @@ direct_map_read (int fd, uint64_t size, struct direct_map *m)
  */
 #define WRITEBACK_EVERY (32 << 20)
 
+/* Called by several threads at once. */
 int
 direct_pwrite (struct direct_map *m, const char *buf, uint64_t len,
                uint64_t off)
 {
+  uint64_t before;
+
   while (len > 0) {
     size_t t = off / m->span;
     uint64_t n = m->span - off % m->span;
@@ -156,12 +159,13 @@ direct_pwrite (struct direct_map *m, const char *buf, uint64_t len,
     buf += w;
     off += w;
     len -= w;
-    m->unflushed += w;
-  }
-  if (m->unflushed >= WRITEBACK_EVERY) {
-    m->unflushed = 0;
-    /* Only a hint: failures show in the fsync that ends the run. */
-    (void) sync_file_range (m->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    /* The copy's threads write at once: the one whose write crosses a
+     * multiple of WRITEBACK_EVERY starts the writeback.
+     */
+    before = __atomic_fetch_add (&m->written, w, __ATOMIC_RELAXED);
+    if (before / WRITEBACK_EVERY != (before + w) / WRITEBACK_EVERY)
+      /* Only a hint: failures show in the fsync that ends the run. */
+      (void) sync_file_range (m->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
   }
   return 0;
 }

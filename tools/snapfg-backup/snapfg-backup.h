@@ -228,7 +228,7 @@ struct direct_map {
   uint64_t span;                /* guest bytes per L2 table */
   size_t tables;
   uint64_t *base;               /* file offset - guest offset, per table */
-  uint64_t unflushed;           /* bytes written since writeback was started */
+  uint64_t written;             /* bytes written (atomic: several threads) */
 };
 
 /* 0 with M filled if the image in FD (of SIZE) has every cluster
