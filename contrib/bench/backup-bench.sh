@@ -23,6 +23,9 @@
 # tree's builds), CHANGED_PERCENT [5], ROUNDS [5], DATA_PERCENT [62]
 # (the part of the disk that holds data; the rest is a hole, as a real
 # disk's free space: the issue's 640 MiB of data on 1 GiB).
+# SNAPFG_BACKUP_BASELINE: another snapfg-backup build (an older one, to
+# measure a change), timed in the same paired rounds as a fourth column
+# with its ratio new / baseline.
 set -euo pipefail
 size=${1:-1G}
 pct=${CHANGED_PERCENT:-5}
@@ -33,6 +36,7 @@ if [ -z "$tool" ]; then
     tool=$top/tools/snapfg-backup/snapfg-backup
     [ -x "$PWD/tools/snapfg-backup/snapfg-backup" ] && tool=$PWD/tools/snapfg-backup/snapfg-backup
 fi
+baseline=${SNAPFG_BACKUP_BASELINE:-}
 ctl=${SNAPFGCTL:-$top/tools/snapfgctl/snapfgctl}
 [ -x "$PWD/tools/snapfgctl/snapfgctl" ] && [ -z "${SNAPFGCTL:-}" ] && ctl=$PWD/tools/snapfgctl/snapfgctl
 rounds=${ROUNDS:-5}
@@ -59,11 +63,11 @@ pid=$!
 for _ in $(seq 300); do [ -S "$tmp/ctl" ] && [ -s "$tmp/pid" ] && break; sleep 0.1; done
 uri="nbd+unix:///?socket=$tmp/sock"
 
-timed() {   # LABEL ARGS... -> seconds on stdout
+timed() {   # ARGS... -> seconds on stdout (the build in $run_tool)
     local t0 t1
     sync
     t0=$(date +%s.%N)
-    "$tool" -S "$tmp/ctl" -u "$uri" "$@" >>"$tmp/backup.log" 2>&1 ||
+    "${run_tool:-$tool}" -S "$tmp/ctl" -u "$uri" "$@" >>"$tmp/backup.log" 2>&1 ||
         { cat "$tmp/backup.log" >&2; echo "backup-bench: snapfg-backup $* failed" >&2; exit 1; }
     t1=$(date +%s.%N)
     awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }'
@@ -123,26 +127,46 @@ backup_round() {
     t=$(timed backup "$tmp/round" --full "$@")
     echo "$t"
 }
+baseline_round() { run_tool=$baseline backup_round; }
 ratios=()
 fratios=()
+bratios=()
 echo
-echo "| round | nbdcopy (s) | nbdcopy --flush (s) | snapfg-backup full (s) | / nbdcopy | / nbdcopy --flush |"
-echo "|---|---|---|---|---|---|"
+if [ -n "$baseline" ]; then
+    echo "| round | nbdcopy (s) | nbdcopy --flush (s) | snapfg-backup full (s) | baseline full (s) | / nbdcopy | / nbdcopy --flush | / baseline |"
+    echo "|---|---|---|---|---|---|---|---|"
+else
+    echo "| round | nbdcopy (s) | nbdcopy --flush (s) | snapfg-backup full (s) | / nbdcopy | / nbdcopy --flush |"
+    echo "|---|---|---|---|---|---|"
+fi
 for r in $(seq "$rounds"); do
+    to=
     if [ $((r % 2)) -eq 1 ]; then
-        tc=$(nbdcopy_round); tf=$(nbdcopy_round --flush); tb=$(backup_round)
+        tc=$(nbdcopy_round); tf=$(nbdcopy_round --flush)
+        [ -z "$baseline" ] || to=$(baseline_round)
+        tb=$(backup_round)
     else
-        tb=$(backup_round); tf=$(nbdcopy_round --flush); tc=$(nbdcopy_round)
+        tb=$(backup_round)
+        [ -z "$baseline" ] || to=$(baseline_round)
+        tf=$(nbdcopy_round --flush); tc=$(nbdcopy_round)
     fi
     ratio=$(awk -v b="$tb" -v c="$tc" 'BEGIN { printf "%.3f", b / c }')
     fratio=$(awk -v b="$tb" -v c="$tf" 'BEGIN { printf "%.3f", b / c }')
     ratios+=("$ratio")
     fratios+=("$fratio")
-    echo "| $r | $tc | $tf | $tb | $ratio | $fratio |"
+    if [ -n "$baseline" ]; then
+        bratio=$(awk -v b="$tb" -v c="$to" 'BEGIN { printf "%.3f", b / c }')
+        bratios+=("$bratio")
+        echo "| $r | $tc | $tf | $tb | $to | $ratio | $fratio | $bratio |"
+    else
+        echo "| $r | $tc | $tf | $tb | $ratio | $fratio |"
+    fi
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 echo "full backup / nbdcopy of the same snapshot export, median of $rounds paired rounds: $(median "${ratios[@]}")"
 echo "full backup / nbdcopy --flush (durable, as a backup is), median: $(median "${fratios[@]}")"
+[ -z "$baseline" ] || echo "full backup / the baseline build, median: $(median "${bratios[@]}")"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- compressed and encrypted ------------------------------------------
 printf '%s' "bench-key-$$" >"$tmp/key"

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <signal.h>
+#include <pthread.h>
 
 #include <jansson.h>
 #include <libnbd.h>
@@ -228,7 +229,11 @@ struct direct_map {
   uint64_t span;                /* guest bytes per L2 table */
   size_t tables;
   uint64_t *base;               /* file offset - guest offset, per table */
-  uint64_t unflushed;           /* bytes written since writeback was started */
+  /* The writeback window: written since its writeback was started,
+   * and the file range that went to (several threads write at once).
+   */
+  pthread_mutex_t lock;
+  uint64_t pending, lo, hi;
 };
 
 /* 0 with M filled if the image in FD (of SIZE) has every cluster
