@@ -596,6 +596,9 @@ run_copy (struct run *r)
     r->job.stop_after = strtoull (stop_env, NULL, 10);
   c = copy_run (&r->job, err, sizeof err);
   r->job.direct = NULL;
+  /* Tests: the copy is done, the snapshot still there. */
+  if (c == 0)
+    test_pause ("after-copy");
   if (fd >= 0) {
     /* Durable before the manifest names it, as qemu-nbd's flush and
      * the fsync below make the other images.  The writeback of the
@@ -618,7 +621,6 @@ run_copy (struct run *r)
         backup_error ("backup of snapshot %s failed: %s", r->name, err);
       return -1;
     }
-    test_pause ("after-copy");
     return 0;
   }
   if (c == -1) {
@@ -637,7 +639,6 @@ run_copy (struct run *r)
     backup_error ("%s/%s: fsync: %m", r->dir_path, r->partial);
     return -1;
   }
-  test_pause ("after-copy");
   return 0;
 }
 
