@@ -203,14 +203,22 @@ info "=== 5. a held write's commit fails: the snapshot becomes Invalid"
 fresh
 csock="$tmpdir/c.sock"; cpid="$tmpdir/c.pid"; trigger="$tmpdir/fail-cow"
 rm -f "$trigger"
-# The copy is written before the acknowledgement; the commit's metadata
-# write comes after it, and fails.
+# The paused committer copies the chunk (its copy-out is done; the
+# origin write stays held); the commit's metadata write comes after,
+# once it is let go, and fails.
 backend "$csock" "$cpid" --filter=error memory 32M \
     error-pwrite=EIO error-pwrite-rate=100% error-pwrite-file="$trigger"
 touch "$pause"
 SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
-    origin="$origin" cow="$(uri "$csock")"
+    origin="$origin" cow="$(uri "$csock")" control="$ctlsock"
 wbio write "$sock" 0x300000 4096 0x66 || check_fail "the first write failed"
+snapshot_copied() {
+    "$SNAPFGCTL" --socket "$ctlsock" stats --json >"$tmpdir/stats.json" &&
+    [ "$(jq_py "$tmpdir/stats.json" \
+        "[x for x in d['exports'] if x['export'] == 'snapshot'][0]['copy_outs']")" -ge 1 ]
+}
+wait_until 30 snapshot_copied ||
+    check_fail "the paused committer did not copy the chunk out"
 "$PY" - "$model" <<'EOF'
 import sys
 m = bytearray(open(sys.argv[1], "rb").read())

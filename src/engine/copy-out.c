@@ -7,6 +7,7 @@
 
 #include <config.h>
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -15,7 +16,12 @@
 
 #include "engine-internal.h"
 #include "copy-out.h"
+#include "writeback.h"
+#include "vector.h"
 #include "snapfg-log.h"
+
+#define container_of(ptr, type, member) \
+  ((type *) ((char *) (ptr) - offsetof (type, member)))
 
 /* What claim_chunk found. */
 enum claim {
@@ -37,6 +43,7 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
              struct pending_exception *pe, uint64_t chunk,
              uint64_t *new_chunk, bool wait)
 {
+  bool urged = false;
   int r;
 
   exception_stripe_lock (stripe);
@@ -53,6 +60,17 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
       if (!wait) {
         exception_stripe_unlock (stripe);
         return CLAIM_BUSY;
+      }
+      if (!urged) {
+        /* It may be a write-back copy waiting for the committer's
+         * round: ask for that round now (no stripe lock may be held
+         * with the write-back lock), then look again.
+         */
+        urged = true;
+        exception_stripe_unlock (stripe);
+        writeback_urge (s->engine);
+        exception_stripe_lock (stripe);
+        continue;
       }
       if (snapfg_debug_lock)
         snapfg_debug ("snapshot %s: chunk %" PRIu64 " is being copied, "
@@ -220,35 +238,93 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
  * durable; the origin is changed after that.  A snapshot write is a
  * batch of one chunk with the write merged into its copy.
  *
- * With write-back (writeback.c) an origin copy-out does not wait for its
- * commit: the pairs are handed to the committer, which makes them
- * durable before it lets the held origin write reach the origin.  The
- * exceptions are published at once (snapshot reads of the chunk go to
- * its COW copy, which is written), so the order on disk is the same.
+ * With write-back (writeback.c) an origin copy-out is not done by the
+ * request at all: its chunks are claimed (B) and given COW chunks, and
+ * the batch is handed to the committer, which copies every batch of its
+ * round (one thread writing the COW store, in long runs), commits them,
+ * publishes and retires them (B → C → D), and only then lets the held
+ * origin writes reach the origin.  Until then the origin chunks are
+ * unchanged: snapshot reads of them go to the origin, tracked, as for
+ * any pending exception, and other writers to them wait (and ask the
+ * committer for its round at once: writeback_urge).
  */
 
-/* The most chunks and bytes copied out together (the pending exceptions
- * live on the caller's stack).  A request over more is done in several
- * batches.
+/* The most chunks and bytes copied out together.  A request over more
+ * is done in several batches.
  */
 #define COPY_BATCH_CHUNKS 256
 #define COPY_BATCH_BYTES (1024 * 1024)
 
 struct copy_batch {
-  size_t n;
+  size_t n, cap;
   /* A snapshot write merged into the batch's only chunk (NULL: none;
    * SNAPFG_ZERO_DATA: zeroes).
    */
   const void *data;
   uint32_t count, offset_in_chunk;
-  /* An origin copy-out under write-back: the commit is queued for the
-   * committer instead of waited for.
-   */
+  /* An origin copy-out under write-back: handed to the committer. */
   bool defer;
+  struct exception_stripe **stripe;
+  struct pending_exception *pe;
+  struct store_pair *pair;
+};
+
+/* A batch waiting for the committer, with its arrays after it. */
+struct deferred_copy {
+  struct deferred_copy *next;
+  struct snapfg_snapshot *s;
+  bool grouped;                 /* deferred_copy_commit's */
+  bool published;               /* B → D done (or given up) */
+  struct copy_batch b;
+};
+
+DEFINE_VECTOR_TYPE (store_pair_vector, struct store_pair);
+
+/* The arrays of a batch copied out by the request itself. */
+struct copy_batch_arrays {
   struct exception_stripe *stripe[COPY_BATCH_CHUNKS];
   struct pending_exception pe[COPY_BATCH_CHUNKS];
   struct store_pair pair[COPY_BATCH_CHUNKS];
 };
+
+static void
+batch_init (struct copy_batch *b, struct copy_batch_arrays *a)
+{
+  b->n = 0;
+  b->cap = COPY_BATCH_CHUNKS;
+  b->data = NULL;
+  b->defer = false;
+  b->stripe = a->stripe;
+  b->pe = a->pe;
+  b->pair = a->pair;
+}
+
+/* A batch of up to cap chunks for the committer. */
+static struct deferred_copy *
+deferred_copy_new (struct snapfg_snapshot *s, size_t cap)
+{
+  struct deferred_copy *dc;
+  char *p;
+
+  dc = malloc (sizeof *dc + cap * (sizeof *dc->b.stripe + sizeof *dc->b.pe +
+                                   sizeof *dc->b.pair));
+  if (dc == NULL)
+    return NULL;
+  p = (char *) (dc + 1);
+  dc->next = NULL;
+  dc->s = s;
+  dc->published = false;
+  dc->b.n = 0;
+  dc->b.cap = cap;
+  dc->b.data = NULL;
+  dc->b.defer = true;
+  dc->b.pair = (struct store_pair *) p;
+  p += cap * sizeof *dc->b.pair;
+  dc->b.pe = (struct pending_exception *) p;
+  p += cap * sizeof *dc->b.pe;
+  dc->b.stripe = (struct exception_stripe **) p;
+  return dc;
+}
 
 /* Give every claim of the batch up (B → A) after a failure. */
 static void
@@ -295,6 +371,8 @@ write_batch_copies (struct snapfg_snapshot *s, struct copy_batch *b,
  * stays valid), -EIO (the snapshot became Invalid), the origin's read
  * error, or -ENOMEM.
  */
+static void publish_batch (struct snapfg_snapshot *s, struct copy_batch *b);
+
 static int
 copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
 {
@@ -325,6 +403,12 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
     i += got;
   }
 
+  if (b->defer) {
+    /* The committer copies, commits, publishes and retires. */
+    writeback_defer_copy (e, container_of (b, struct deferred_copy, b));
+    return 0;
+  }
+
   r = write_batch_copies (s, b, &cow_failed);
   /* The file system holding the store is full.  For a snapshot write
    * that is Overflow (docs/design.md section 6): the write fails with
@@ -338,31 +422,36 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
     goto abandon;
   engine_fault_point (e, FAULT_AFTER_COW_DATA);
 
-  /* One commit (one wait for the group commit) for the whole batch, or
-   * none at all: the committer makes it durable before the origin
-   * changes.
-   */
-  if (b->defer && writeback_defer_commit (e, s, b->pair, b->n) == 0)
-    ;
-  else {
-    r = st->ops->commit (st, b->pair, b->n);
-    if (r == -ENOSPC && b->data)
-      /* No room for the exception table to grow: the store can take no
-       * new exception, but every one it holds is intact (Overflow).
-       */
-      goto abandon;
-    if (r < 0) {
-      snapshot_invalidate (s, "committing an exception failed", -r);
-      r = -EIO;
-      goto abandon;
-    }
-    engine_fault_point (e, FAULT_AFTER_METADATA);
+  /* One commit (one wait for the group commit) for the whole batch. */
+  r = st->ops->commit (st, b->pair, b->n);
+  if (r == -ENOSPC && b->data)
+    /* No room for the exception table to grow: the store can take no
+     * new exception, but every one it holds is intact (Overflow).
+     */
+    goto abandon;
+  if (r < 0) {
+    snapshot_invalidate (s, "committing an exception failed", -r);
+    r = -EIO;
+    goto abandon;
   }
+  engine_fault_point (e, FAULT_AFTER_METADATA);
+  publish_batch (s, b);
+  return 0;
 
-  /* B → C for all, so that new snapshot reads go to the COW store, then
-   * drain the snapshot reads sent to the origin earlier and retire each
-   * (C → D).  One stripe lock at a time.
-   */
+ abandon:
+  abandon_batch (b);
+  return r;
+}
+
+/* B → C for all, so that new snapshot reads go to the COW store, then
+ * drain the snapshot reads sent to the origin earlier and retire each
+ * (C → D).  One stripe lock at a time.
+ */
+static void
+publish_batch (struct snapfg_snapshot *s, struct copy_batch *b)
+{
+  size_t i;
+
   for (i = 0; i < b->n; ++i) {
     exception_stripe_lock (b->stripe[i]);
     exception_stripe_publish (b->stripe[i], &b->pe[i], b->pair[i].new_chunk);
@@ -392,11 +481,6 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
   stats_add (&s->stats, STAT_COPY_OUTS, b->n);
   stats_add (&s->stats, STAT_BYTES_COPIED, (uint64_t) b->n * s->chunk_size);
   b->n = 0;
-  return 0;
-
- abandon:
-  abandon_batch (b);
-  return r;
 }
 
 int
@@ -404,11 +488,16 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
                    const void *data, uint32_t count,
                    uint32_t offset_in_chunk, uint64_t *new_chunk)
 {
-  struct copy_batch b;
+  struct exception_stripe *stripe;
+  struct pending_exception pe;
+  struct store_pair pair;
+  struct copy_batch b = {
+    .n = 0, .cap = 1, .stripe = &stripe, .pe = &pe, .pair = &pair,
+  };
   int r;
 
-  b.stripe[0] = exception_table_stripe (&s->table, chunk);
-  r = claim_chunk (s, b.stripe[0], &b.pe[0], chunk, new_chunk, true);
+  stripe = exception_table_stripe (&s->table, chunk);
+  r = claim_chunk (s, stripe, &pe, chunk, new_chunk, true);
   if (r != CLAIM_OWNED)
     return r;                   /* remapped already (1), or an error */
 
@@ -421,10 +510,27 @@ snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
   b.count = count;
   b.offset_in_chunk = offset_in_chunk;
   b.defer = false;
-  b.pair[0].old_chunk = chunk;
+  pair.old_chunk = chunk;
   r = copy_out_batch (s, &b);
   if (r == 0)
-    *new_chunk = b.pair[0].new_chunk;
+    *new_chunk = pair.new_chunk;
+  return r;
+}
+
+/* The batch is complete: copy it out (or, deferred, hand it to the
+ * committer, which then owns *dc; on failure it is freed here).
+ */
+static int
+batch_done (struct snapfg_snapshot *s, struct copy_batch *b,
+            struct deferred_copy **dc)
+{
+  int r = copy_out_batch (s, b);
+
+  if (*dc) {
+    if (r < 0)
+      free (*dc);
+    *dc = NULL;
+  }
   return r;
 }
 
@@ -432,7 +538,9 @@ int
 snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
                          uint64_t last, bool defer)
 {
-  struct copy_batch b;
+  struct copy_batch_arrays arrays;
+  struct copy_batch local, *b = &local;
+  struct deferred_copy *dc = NULL;
   size_t max = COPY_BATCH_BYTES >> s->chunk_shift;
   uint64_t chunk = first;
   int r = 0;
@@ -441,34 +549,44 @@ snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
     max = COPY_BATCH_CHUNKS;
   if (max == 0)
     max = 1;
-  b.n = 0;
-  b.data = NULL;
-  b.defer = defer;
+  if (!defer)
+    batch_init (&local, &arrays);
   while (chunk <= last) {
     struct exception_stripe *stripe =
       exception_table_stripe (&s->table, chunk);
     uint64_t nc;
 
+    if (defer && dc == NULL) {
+      /* A batch the committer will own: as long as the request needs. */
+      uint64_t left = last - chunk + 1;
+
+      dc = deferred_copy_new (s, left < max ? left : max);
+      if (dc == NULL) {
+        r = -ENOMEM;
+        break;
+      }
+      b = &dc->b;
+    }
     /* Claim without waiting while the batch holds claims: waiting for
      * someone else's copy-out while holding ours could deadlock with a
      * request that claims in another order.  A busy chunk ends the
      * batch; it is waited for once the batch is done.
      */
-    r = claim_chunk (s, stripe, &b.pe[b.n], chunk, &nc, b.n == 0);
+    r = claim_chunk (s, stripe, &b->pe[b->n], chunk, &nc, b->n == 0);
     if (r < 0)
       break;
     if (r == CLAIM_BUSY) {
-      r = copy_out_batch (s, &b);
+      r = batch_done (s, b, &dc);
       if (r < 0)
         return r;
       continue;                 /* claim this chunk again, waiting */
     }
     if (r == CLAIM_OWNED) {
-      b.stripe[b.n] = stripe;
-      b.pair[b.n].old_chunk = chunk;
-      b.n++;
-      if (b.n == max) {
-        r = copy_out_batch (s, &b);
+      b->stripe[b->n] = stripe;
+      b->pair[b->n].old_chunk = chunk;
+      b->n++;
+      if (b->n == max || b->n == b->cap) {
+        r = batch_done (s, b, &dc);
         if (r < 0)
           return r;
       }
@@ -476,8 +594,250 @@ snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
     chunk++;
   }
   if (r < 0) {
-    abandon_batch (&b);
+    if (dc || !defer)
+      abandon_batch (b);
+    free (dc);
     return r;
   }
-  return b.n ? copy_out_batch (s, &b) : 0;
+  if (dc && b->n)
+    return batch_done (s, b, &dc);
+  free (dc);                    /* allocated, nothing claimed in it */
+  return !defer && b->n ? copy_out_batch (s, b) : 0;
+}
+
+/* --- the committer's side of deferred batches --- */
+
+/* The committer's copies.  The pairs of a round, in queue order, make
+ * runs of consecutive COW chunks across batches (their chunks were
+ * allocated in about that order).  A run whose origin chunks are
+ * consecutive too is one copy (copy_chunk_run); one whose origin chunks
+ * are scattered (random first writes) is read into a buffer, neighbours
+ * together, and written with one write: one COW write per run instead
+ * of one per chunk, from one thread instead of every writer contending
+ * for the COW file.
+ */
+#define GATHER_BYTES (1024 * 1024)
+
+struct gather {
+  struct snapfg_snapshot *s;
+  char *buf;                    /* GATHER_BYTES, or NULL: copy each run */
+  uint64_t max;                 /* chunks in a run at most */
+  uint64_t new0, n;             /* the run: COW chunks new0 .. new0+n-1 */
+  uint64_t old[GATHER_BYTES / SNAPFG_MIN_CHUNK_SIZE];
+  int r;                        /* the first failure */
+  bool cow_failed;
+};
+
+/* Read origin chunks [chunk, chunk+n) into buf; past the origin's end
+ * they read as zeroes (as copy_chunk_run writes them).
+ */
+static int
+read_origin_chunks (struct snapfg_snapshot *s, char *buf, uint64_t chunk,
+                    uint64_t n)
+{
+  struct snapfg_engine *e = s->engine;
+  uint64_t start = chunk << s->chunk_shift;
+  uint64_t len = n << s->chunk_shift;
+  uint64_t in_origin = start + len <= e->size ? len
+    : start < e->size ? e->size - start : 0;
+  int r = device_pread (&e->origin, buf, in_origin, start);
+
+  if (r < 0) {
+    origin_read_failed (s, chunk, n, start + in_origin, r);
+    return r;
+  }
+  memset (buf + in_origin, 0, len - in_origin);
+  return 0;
+}
+
+/* Write the gathered run, if any. */
+static void
+gather_flush (struct gather *g)
+{
+  struct snapfg_snapshot *s = g->s;
+  uint64_t n = g->n, i, j;
+  bool consecutive = true;
+  int r = 0;
+
+  g->n = 0;
+  if (n == 0 || g->r < 0)
+    return;
+  for (i = 1; i < n && consecutive; ++i)
+    consecutive = g->old[i] == g->old[i - 1] + 1;
+  if (consecutive || g->buf == NULL) {
+    for (i = 0; i < n && r == 0; i = j) {
+      for (j = i + 1; j < n && g->old[j] == g->old[j - 1] + 1; ++j)
+        ;
+      r = copy_chunk_run (s, g->old[i], g->new0 + i, j - i, &g->cow_failed);
+    }
+  }
+  else {
+    for (i = 0; i < n && r == 0; i = j) {
+      for (j = i + 1; j < n && g->old[j] == g->old[j - 1] + 1; ++j)
+        ;
+      r = read_origin_chunks (s, g->buf + (i << s->chunk_shift), g->old[i],
+                              j - i);
+    }
+    g->cow_failed = false;
+    if (r == 0) {
+      engine_test_delay (s->engine);    /* widen the B window in tests */
+      r = device_pwrite (&s->store->dev, g->buf, n << s->chunk_shift,
+                         store_chunk_offset (s->store, g->new0));
+      g->cow_failed = r < 0;
+    }
+  }
+  if (r < 0)
+    g->r = r;
+  else
+    engine_fault_point (s->engine, FAULT_AFTER_COW_RUN);
+}
+
+/* Add one pair to the gathered run (flushing the run if it ends). */
+static void
+gather_add (struct gather *g, const struct store_pair *p)
+{
+  if (g->n && (p->new_chunk != g->new0 + g->n || g->n == g->max))
+    gather_flush (g);
+  if (g->n == 0)
+    g->new0 = p->new_chunk;
+  g->old[g->n++] = p->old_chunk;
+}
+
+void
+deferred_copy_write (struct deferred_copy *list)
+{
+  struct gather *g = malloc (sizeof *g);
+  char *buf = malloc (GATHER_BYTES);
+
+  for (struct deferred_copy *dc = list; dc; dc = dc->next)
+    dc->grouped = false;
+  for (struct deferred_copy *dc = list; dc; dc = dc->next) {
+    struct snapfg_snapshot *s = dc->s;
+    struct gather local;
+
+    if (dc->grouped)
+      continue;
+    for (struct deferred_copy *d = dc; d; d = d->next)
+      if (d->s == s)
+        d->grouped = true;
+    if (!snapshot_is_valid (s))
+      continue;
+    if (g == NULL) {
+      /* No memory for the run's bookkeeping: batch by batch. */
+      g = &local;
+      local.max = 1;
+    }
+    else
+      g->max = GATHER_BYTES >> s->chunk_shift;
+    g->s = s;
+    g->buf = g == &local ? NULL : buf;
+    g->n = 0;
+    g->r = 0;
+    g->cow_failed = false;
+    for (struct deferred_copy *d = dc; d && g->r == 0; d = d->next)
+      if (d->s == s)
+        for (size_t i = 0; i < d->b.n; ++i)
+          gather_add (g, &d->b.pair[i]);
+    gather_flush (g);
+    if (g->r < 0) {
+      /* The snapshot cannot keep the old data: Invalid (the origin
+       * writes go ahead, acknowledged already).  An origin read error
+       * has no request left to fail either.
+       */
+      if (g->cow_failed)
+        cow_write_failure (s, g->r, true);
+      else
+        snapshot_invalidate (s, "reading the origin for a copy-out failed",
+                             -g->r);
+    }
+    else
+      for (struct deferred_copy *d = dc; d; d = d->next)
+        if (d->s == s)
+          engine_fault_point (s->engine, FAULT_AFTER_COW_DATA);
+    if (g == &local)
+      g = NULL;
+  }
+  free (buf);
+  free (g);
+}
+
+size_t
+deferred_copy_commit (struct deferred_copy *list)
+{
+  store_pair_vector pairs = { 0 };
+  size_t committed = 0;
+
+  for (struct deferred_copy *dc = list; dc; dc = dc->next)
+    dc->grouped = false;
+  for (struct deferred_copy *dc = list; dc; dc = dc->next) {
+    struct snapfg_snapshot *s = dc->s;
+    bool whole = true;
+    int r;
+
+    if (dc->grouped)
+      continue;
+    store_pair_vector_clear (&pairs);
+    for (struct deferred_copy *d = dc; d; d = d->next)
+      if (d->s == s) {
+        d->grouped = true;
+        for (size_t i = 0; i < d->b.n && whole; ++i)
+          whole = store_pair_vector_append (&pairs, d->b.pair[i]) == 0;
+      }
+    if (!snapshot_is_valid (s))
+      continue;
+    /* Out of memory for the list: the snapshot cannot be kept (its
+     * batches are given up by deferred_copy_finish), never wrong.
+     */
+    r = whole ? s->store->ops->commit (s->store, pairs.ptr, pairs.len)
+      : -ENOMEM;
+    if (r < 0) {
+      snapshot_invalidate (s, "committing an exception failed", -r);
+      continue;
+    }
+    committed += pairs.len;
+  }
+  store_pair_vector_reset (&pairs);
+  /* The crash point after the metadata counts batches, as it does with
+   * writeback=off: the round's are all durable here, and none of its
+   * held writes has reached the origin.
+   */
+  for (struct deferred_copy *dc = list; dc; dc = dc->next)
+    engine_fault_point (dc->s->engine, FAULT_AFTER_METADATA);
+  return committed;
+}
+
+void
+deferred_copy_link (struct deferred_copy *dc, struct deferred_copy *next)
+{
+  dc->next = next;
+}
+
+void
+deferred_copy_publish (struct deferred_copy *list)
+{
+  /* Copied unless the snapshot became Invalid (a failed copy, or
+   * anything else): then the claims are given up.  The pairs stay for
+   * the commit (publish_batch and abandon_batch empty the batch).
+   */
+  for (struct deferred_copy *dc = list; dc; dc = dc->next) {
+    size_t n = dc->b.n;
+
+    if (snapshot_is_valid (dc->s))
+      publish_batch (dc->s, &dc->b);
+    else
+      abandon_batch (&dc->b);
+    dc->b.n = n;
+    dc->published = true;
+  }
+}
+
+void
+deferred_copy_free (struct deferred_copy *list)
+{
+  while (list) {
+    struct deferred_copy *next = list->next;
+
+    free (list);
+    list = next;
+  }
 }

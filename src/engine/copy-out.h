@@ -8,6 +8,7 @@
 #define SNAPFG_COPY_OUT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine-internal.h"
@@ -28,8 +29,8 @@ extern int snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
 /* Copy out every chunk from 'first' to 'last' (inclusive) that snapshot s
  * does not hold yet, before an origin change: together, in batches (one
  * commit per batch, consecutive chunks in one read and one write).
- * With defer (write-back), the commit is left to the committer
- * (writeback_defer_commit) instead of waited for.
+ * With defer (write-back), the batches are handed to the committer
+ * (writeback_defer_copy), which copies and commits them.
  * Returns 0 once every chunk is remapped, -ENOSPC if the store is full,
  * -EIO if the snapshot is (or became) Invalid, or the origin's read
  * error.
@@ -38,5 +39,29 @@ extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
                                     uint64_t first, uint64_t last,
                                     bool defer);
 
+/* A batch of origin copy-outs handed to the write-back committer
+ * (writeback_defer_copy): its chunks are claimed (state B) and have COW
+ * chunks, nothing is copied yet.  The committer, for the list of a round
+ * (linked by writeback.c through deferred_copy_link):
+ *   1. deferred_copy_write: copies every batch of a valid snapshot (a
+ *      failure makes the snapshot Invalid);
+ *   2. deferred_copy_publish: publishes and retires (B → C → D) the
+ *      batches of snapshots still valid, gives the others up (B → A):
+ *      snapshot reads of the chunks go to their copies, written but not
+ *      durable, and writers waiting for them go on, as with a copy-out
+ *      whose commit is deferred;
+ *   3. deferred_copy_commit: one commit per snapshot for all the pairs
+ *      of the list (which may gather several rounds of steps 1-2);
+ *      returns how many were committed;
+ *   4. deferred_copy_free.
+ * Only after 3 may the held writes of those batches reach the origin.
+ */
+struct deferred_copy;
+extern void deferred_copy_link (struct deferred_copy *dc,
+                                struct deferred_copy *next);
+extern void deferred_copy_write (struct deferred_copy *list);
+extern void deferred_copy_publish (struct deferred_copy *list);
+extern size_t deferred_copy_commit (struct deferred_copy *list);
+extern void deferred_copy_free (struct deferred_copy *list);
 
 #endif

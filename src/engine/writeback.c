@@ -33,7 +33,7 @@
 
 #include "engine-internal.h"
 #include "writeback.h"
-#include "vector.h"
+#include "copy-out.h"
 #include "snapfg-log.h"
 
 #define GRANULE_SHIFT 20          /* SNAPFG_MAX_CHUNK_SIZE */
@@ -70,12 +70,6 @@ struct held_write {
   unsigned char data[];           /* ORIGIN_WRITE: the new data */
 };
 
-struct deferred_pair {
-  struct snapfg_snapshot *s;
-  struct store_pair pair;
-};
-DEFINE_VECTOR_TYPE (deferred_pair_vector, struct deferred_pair);
-DEFINE_VECTOR_TYPE (store_pair_vector, struct store_pair);
 
 struct writeback {
   struct snapfg_engine *e;
@@ -97,8 +91,14 @@ struct writeback {
   bool gathering;                 /* the committer gathers a round */
   struct held_write *pool;        /* mappings kept for reuse */
   uint64_t pool_bytes;            /* their cost (in held_bytes too) */
-  deferred_pair_vector pairs;     /* the next round's exceptions */
-  uint64_t batches;               /* copy-out batches they came in */
+  /* Copy-out batches for the next round (copy-out.h), and how many. */
+  struct deferred_copy *copies, *copies_last;
+  uint64_t ncopies;
+  /* Batches copied and published while paused (the test hook), for the
+   * next round's commit.
+   */
+  struct deferred_copy *copied;
+  bool urged;                     /* a writer waits for a batch's chunk */
   uint32_t index[1u << INDEX_BITS];
   atomic_uint_least64_t nheld;    /* lock-free "anything held?" */
 
@@ -106,7 +106,8 @@ struct writeback {
   _Atomic bool running;         /* read unlocked by flushes and drains */
   atomic_bool stop;
   /* Test hook: SNAPFG_TEST_WRITEBACK_PAUSE=FILE holds every write back
-   * (no round starts) while FILE exists, except at a stop.
+   * (none reaches the origin; copy-out batches are still done) while
+   * FILE exists, except at a stop.
    */
   char *pause_path;
 
@@ -391,7 +392,7 @@ round_is_full (const struct writeback *wb)
 static bool
 round_wanted_now (const struct writeback *wb)
 {
-  return wb->urgent || wb->waiting || atomic_load (&wb->stop) ||
+  return wb->urgent || wb->waiting || wb->urged || atomic_load (&wb->stop) ||
     round_is_full (wb);
 }
 
@@ -564,25 +565,33 @@ writeback_order_after_held (struct snapfg_engine *e, int op, const void *buf,
   return 1;
 }
 
-int
-writeback_defer_commit (struct snapfg_engine *e, struct snapfg_snapshot *s,
-                        const struct store_pair *pairs, size_t n)
+void
+writeback_defer_copy (struct snapfg_engine *e, struct deferred_copy *dc)
 {
   struct writeback *wb = e->wb;
-  int r;
 
-  if (wb == NULL)
-    return -EINVAL;
+  deferred_copy_link (dc, NULL);
   pthread_mutex_lock (&wb->lock);
-  r = deferred_pair_vector_reserve (&wb->pairs, n);
-  if (r == 0) {
-    for (size_t i = 0; i < n; ++i)
-      wb->pairs.ptr[wb->pairs.len++] =
-        (struct deferred_pair) { .s = s, .pair = pairs[i] };
-    wb->batches++;
-  }
+  if (wb->copies_last)
+    deferred_copy_link (wb->copies_last, dc);
+  else
+    wb->copies = dc;
+  wb->copies_last = dc;
+  wb->ncopies++;
   pthread_mutex_unlock (&wb->lock);
-  return r;
+}
+
+void
+writeback_urge (struct snapfg_engine *e)
+{
+  struct writeback *wb = e->wb;
+
+  if (wb == NULL || !wb->running)
+    return;
+  pthread_mutex_lock (&wb->lock);
+  wb->urged = true;
+  wake_committer (wb, true);
+  pthread_mutex_unlock (&wb->lock);
 }
 
 void
@@ -672,42 +681,43 @@ writeback_read_end (struct snapfg_engine *e, struct held_view *v, void *buf,
 
 /* --- the committer --- */
 
-/* Make one round's exceptions durable: one commit per snapshot for all
- * of its pairs.  A failure makes that snapshot Invalid (as dm does when
- * a copy fails); the origin writes go ahead.
+/* Under the lock: take the queued copy-out batches. */
+static struct deferred_copy *
+take_copies (struct writeback *wb)
+{
+  struct deferred_copy *copies = wb->copies;
+
+  wb->copies = wb->copies_last = NULL;
+  wb->ncopies = 0;
+  wb->urged = false;
+  return copies;
+}
+
+/* Copy and publish a round's copy-out batches (copy-out.h).  A failure
+ * makes that snapshot Invalid (as dm does when a copy fails); the origin
+ * writes go ahead.
  */
 static void
-commit_round (struct writeback *wb, deferred_pair_vector *round,
-              uint64_t batches, store_pair_vector *buf)
+copy_round (struct deferred_copy *copies)
 {
-  size_t committed = 0;
+  if (copies == NULL)
+    return;
+  deferred_copy_write (copies);
+  deferred_copy_publish (copies);
+}
 
-  for (size_t i = 0; i < round->len; ++i) {
-    struct snapfg_snapshot *s = round->ptr[i].s;
-    int r;
+/* Make them durable, with those published while paused (wb->copied,
+ * taken under the lock by the caller and linked before 'copies').
+ */
+static void
+commit_round (struct writeback *wb, struct deferred_copy *list)
+{
+  size_t committed;
 
-    if (s == NULL)
-      continue;
-    store_pair_vector_clear (buf);
-    for (size_t j = i; j < round->len; ++j)
-      if (round->ptr[j].s == s) {
-        if (store_pair_vector_append (buf, round->ptr[j].pair) < 0)
-          break;
-        round->ptr[j].s = NULL;
-      }
-    if (!snapshot_is_valid (s))
-      continue;
-    r = buf->len == 0 ? -ENOMEM : s->store->ops->commit (s->store, buf->ptr,
-                                                         buf->len);
-    if (r < 0) {
-      snapshot_invalidate (s, "committing an exception failed", -r);
-      continue;
-    }
-    /* Pairs left behind by a failed append start a group of their own
-     * further on.
-     */
-    committed += buf->len;
-  }
+  if (list == NULL)
+    return;
+  committed = deferred_copy_commit (list);
+  deferred_copy_free (list);
   if (committed) {
     uint64_t max = atomic_load (&wb->max_round);
 
@@ -717,12 +727,17 @@ commit_round (struct writeback *wb, deferred_pair_vector *round,
            !atomic_compare_exchange_weak (&wb->max_round, &max, committed))
       ;
   }
-  /* The crash point after the metadata counts copy-out batches, as it
-   * does with writeback=off: the round's are all durable here, and none
-   * of its held writes has reached the origin.
-   */
-  while (batches-- > 0)
-    engine_fault_point (wb->e, FAULT_AFTER_METADATA);
+}
+
+/* Append list b to list a; returns the joined list. */
+static struct deferred_copy *
+join_copies (struct deferred_copy *a, struct deferred_copy *a_last,
+             struct deferred_copy *b)
+{
+  if (a == NULL)
+    return b;
+  deferred_copy_link (a_last, b);
+  return a;
 }
 
 static void *
@@ -730,19 +745,17 @@ committer (void *arg)
 {
   struct writeback *wb = arg;
   struct snapfg_engine *e = wb->e;
-  deferred_pair_vector round = { 0 };
-  store_pair_vector buf = { 0 };
 
   pthread_mutex_lock (&wb->lock);
   for (;;) {
     struct held_write *first, *last, *h, *next;
-    deferred_pair_vector taken;
-    uint64_t batches, freed, pooled_bytes;
+    struct deferred_copy *copies;
+    uint64_t freed, pooled_bytes;
     struct held_write *pooled, **pooled_tail;
 
     for (;;) {
       atomic_store (&wb->idle, true);     /* before the look: see ready */
-      if ((wb->head && atomic_load (&wb->head->ready)) ||
+      if ((wb->head && atomic_load (&wb->head->ready)) || wb->copies ||
           (atomic_load (&wb->stop) && !wb->head))
         break;
       if (wb->pool && wb->head == NULL) {
@@ -767,7 +780,7 @@ committer (void *arg)
         pthread_cond_wait (&wb->work, &wb->lock);
     }
     atomic_store (&wb->idle, false);
-    if (wb->head == NULL)
+    if (wb->head == NULL && wb->copies == NULL)
       break;                    /* stopping, and nothing is held */
     if (!round_wanted_now (wb)) {
       struct timespec until;
@@ -786,28 +799,48 @@ committer (void *arg)
     }
     if (wb->pause_path && !atomic_load (&wb->stop) &&
         access (wb->pause_path, F_OK) == 0) {
+      /* Paused: no held write reaches the origin, but copy-out batches
+       * are done, so that writers waiting for their chunks go on (as a
+       * slow disk would let them).
+       */
+      struct deferred_copy *last_copy = wb->copies_last;
+
+      copies = take_copies (wb);
       pthread_mutex_unlock (&wb->lock);
-      while (!atomic_load (&wb->stop) && access (wb->pause_path, F_OK) == 0)
-        usleep (10000);
+      copy_round (copies);
+      usleep (10000);
       pthread_mutex_lock (&wb->lock);
+      if (copies)
+        wb->copied = join_copies (copies, last_copy, wb->copied);
       continue;
     }
 
-    /* This round: the ready writes at the front of the queue, and every
-     * exception queued so far (theirs were queued before they became
-     * ready; others' early is harmless).
+    /* This round: the ready writes at the front of the queue (maybe
+     * none: a write waiting for a batch's chunk is not ready), and every
+     * copy-out batch queued so far (theirs were queued before they
+     * became ready; others' early is harmless, and is what lets a write
+     * waiting for one of their chunks go on).
      */
-    first = last = wb->head;
-    while (last->next && atomic_load (&last->next->ready))
-      last = last->next;
-    taken = wb->pairs;
-    batches = wb->batches;
-    wb->batches = 0;
-    wb->pairs = round;
-    deferred_pair_vector_clear (&wb->pairs);
-    pthread_mutex_unlock (&wb->lock);
+    first = last = NULL;
+    if (wb->head && atomic_load (&wb->head->ready)) {
+      first = last = wb->head;
+      while (last->next && atomic_load (&last->next->ready))
+        last = last->next;
+    }
+    {
+      struct deferred_copy *last_copy = wb->copies_last;
+      struct deferred_copy *copied = wb->copied;
 
-    commit_round (wb, &taken, batches, &buf);
+      wb->copied = NULL;
+      copies = take_copies (wb);
+      pthread_mutex_unlock (&wb->lock);
+      copy_round (copies);
+      commit_round (wb, join_copies (copies, last_copy, copied));
+    }
+    if (first == NULL) {
+      pthread_mutex_lock (&wb->lock);
+      continue;
+    }
     for (h = first; ; h = h->next) {
       if (!h->cancelled) {
         int r = origin_apply_change (e, h->op, h->data, h->count, h->offset,
@@ -823,7 +856,6 @@ committer (void *arg)
     }
 
     pthread_mutex_lock (&wb->lock);
-    round = taken;
     wb->head = last->next;
     if (wb->head == NULL)
       wb->tailp = &wb->head;
@@ -879,8 +911,6 @@ committer (void *arg)
     pthread_cond_broadcast (&wb->room);
   }
   pthread_mutex_unlock (&wb->lock);
-  deferred_pair_vector_reset (&round);
-  store_pair_vector_reset (&buf);
   return NULL;
 }
 
@@ -947,7 +977,7 @@ writeback_close (struct snapfg_engine *e)
     wb->running = false;
   }
   held_free_list (wb->pool);
-  deferred_pair_vector_reset (&wb->pairs);
+  deferred_copy_free (wb->copied);      /* none: a stop commits them */
   free (wb->pause_path);
   pthread_cond_destroy (&wb->applied);
   pthread_cond_destroy (&wb->room);

@@ -26,8 +26,6 @@
 #include <stdint.h>
 
 struct snapfg_engine;
-struct snapfg_snapshot;
-struct store_pair;
 struct held_write;
 
 /* Set up write-back for the engine (on: writeback=on; max: the most
@@ -75,12 +73,17 @@ extern int writeback_order_after_held (struct snapfg_engine *e, int op,
                                        const void *buf, uint32_t count,
                                        uint64_t offset, unsigned flags);
 
-/* An origin copy-out under write-back: its pairs are committed by the
- * committer's next round.  0, or -ENOMEM (then commit synchronously).
+/* An origin copy-out batch under write-back (copy-out.h): the committer
+ * copies, commits and publishes it in its next round, before any held
+ * write of that round reaches the origin.
  */
-extern int writeback_defer_commit (struct snapfg_engine *e,
-                                   struct snapfg_snapshot *s,
-                                   const struct store_pair *pairs, size_t n);
+struct deferred_copy;
+extern void writeback_defer_copy (struct snapfg_engine *e,
+                                  struct deferred_copy *dc);
+/* A writer waits for a chunk that may be in a queued batch: start the
+ * round now rather than gather more.  No stripe lock held.
+ */
+extern void writeback_urge (struct snapfg_engine *e);
 
 /* Flush: wait until every write acknowledged so far is on the origin
  * (with its exceptions durable before it).  No geometry lock held.
