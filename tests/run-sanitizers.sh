@@ -34,6 +34,8 @@
 # timeouts.  Leak checking is off for nbdkit (nbdkit itself does not free
 # everything at exit) and on for the test programs.
 #
+# SNAPFG_SANITIZER_TESTS="tests/a.sh tests/b.sh" runs only those tests.
+#
 # Any sanitizer finding fails: the process stops at the first report
 # (halt_on_error=1, exit status 66), and after the suite every report
 # file is printed and makes this script fail even if no test noticed.
@@ -273,7 +275,8 @@ esac
 
 say "running make check (TSAN_OPTIONS='${TSAN_OPTIONS:-}' ASAN_OPTIONS='${ASAN_OPTIONS:-}' UBSAN_OPTIONS='${UBSAN_OPTIONS:-}')"
 st=0
-(cd "$tree" && "${runner[@]}" "$MAKE" -j"${SNAPFG_CHECK_JOBS:-1}" check VERBOSE=1) || st=$?
+(cd "$tree" && "${runner[@]}" "$MAKE" -j"${SNAPFG_CHECK_JOBS:-1}" check VERBOSE=1 \
+     ${SNAPFG_SANITIZER_TESTS:+TESTS="$SNAPFG_SANITIZER_TESTS"}) || st=$?
 
 found=0
 for f in "$reports"/*; do
