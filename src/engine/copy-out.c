@@ -241,8 +241,8 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
  * With write-back (writeback.c) an origin copy-out is not done by the
  * request at all: its chunks are claimed (B) and given COW chunks, and
  * the batch is handed to the committer, which copies every batch of its
- * round (one thread writing the COW store, in long runs), commits them,
- * publishes and retires them (B → C → D), and only then lets the held
+ * round (one thread writing the COW store, in long runs), publishes and
+ * retires them (B → C → D), commits them, and only then lets the held
  * origin writes reach the origin.  Until then the origin chunks are
  * unchanged: snapshot reads of them go to the origin, tracked, as for
  * any pending exception, and other writers to them wait (and ask the
@@ -273,8 +273,7 @@ struct copy_batch {
 struct deferred_copy {
   struct deferred_copy *next;
   struct snapfg_snapshot *s;
-  bool grouped;                 /* deferred_copy_commit's */
-  bool published;               /* B → D done (or given up) */
+  bool grouped;                 /* deferred_copy_write's and _commit's */
   struct copy_batch b;
 };
 
@@ -313,7 +312,6 @@ deferred_copy_new (struct snapfg_snapshot *s, size_t cap)
   p = (char *) (dc + 1);
   dc->next = NULL;
   dc->s = s;
-  dc->published = false;
   dc->b.n = 0;
   dc->b.cap = cap;
   dc->b.data = NULL;
@@ -404,7 +402,7 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
   }
 
   if (b->defer) {
-    /* The committer copies, commits, publishes and retires. */
+    /* The committer copies, publishes, retires and commits. */
     writeback_defer_copy (e, container_of (b, struct deferred_copy, b));
     return 0;
   }
@@ -827,7 +825,6 @@ deferred_copy_publish (struct deferred_copy *list)
     else
       abandon_batch (&dc->b);
     dc->b.n = n;
-    dc->published = true;
   }
 }
 
