@@ -221,7 +221,7 @@ device_pwrite (const struct snapfg_device *dev, const void *buf,
   if (count == 0)
     return 0;
   r = dev->ops->pwrite (dev, buf, count, offset);
-  device_note_change (dev);            /* failed too: it may have written some */
+  device_note_change (dev);     /* failed too: it may have written some */
   return r;
 }
 
@@ -351,7 +351,7 @@ device_discard_contents (struct snapfg_device *dev, uint64_t used)
      * reads as all zero again.
      */
     return device_zero (dev, used, 0, true, false);
-  device_note_change (dev);            /* before and after: it may sync itself */
+  device_note_change (dev);     /* before and after: it may sync itself */
   r = dev->ops->discard_contents (dev, used);
   device_note_change (dev);
   return r;
