@@ -70,6 +70,8 @@ start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" chunk-size=$chunk contro
 # 40 origin chunks change: the snapshot preserves their old data.
 failures_io write "$(uri "$sock" origin)" 0 $((40 * chunk)) --seed 1 >/dev/null ||
     fail "origin write of 40 chunks failed"
+# With write-back the file holds the write once a flush covered it.
+failures_io flush "$(uri "$sock" origin)" >/dev/null || fail "origin flush failed"
 cp "$origin" "$tmpdir/origin-model.img"
 # 200 whole-chunk snapshot writes, far more than the room left.
 failures_io writes "$(uri "$sock" snapshot)" --chunks 100:200 --chunk-size $chunk --seed 2 \
