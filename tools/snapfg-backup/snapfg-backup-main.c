@@ -58,7 +58,11 @@
 #define LIST_SYNOPSIS "snapfg-backup list DIR [--json]"
 #define PRUNE_SYNOPSIS "snapfg-backup [-S CONTROL] prune DIR --keep-last N [--key-file F] [--json]"
 
-volatile sig_atomic_t backup_interrupted;
+/* Set by the signal handler, which runs in whichever thread the signal
+ * lands on (the image thread forwards it too): a lock-free atomic is
+ * both async-signal-safe and ordered between threads.
+ */
+atomic_int backup_interrupted;
 
 static void
 on_signal (int sig)

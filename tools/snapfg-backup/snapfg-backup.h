@@ -27,6 +27,7 @@
 #ifndef SNAPFG_BACKUP_H
 #define SNAPFG_BACKUP_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,7 +58,7 @@ enum {
 /* Set by SIGINT/SIGTERM: the copy stops, waits for its requests in
  * flight and the run is cleaned up and fails.
  */
-extern volatile sig_atomic_t backup_interrupted;
+extern atomic_int backup_interrupted;
 
 /* Print "snapfg-backup: MESSAGE" on stderr (ends any progress line;
  * an error is also the "error" of the --json result).
