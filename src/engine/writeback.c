@@ -379,11 +379,13 @@ wake_committer (struct writeback *wb, bool urgent)
     pthread_cond_signal (&wb->work);
 }
 
-/* Under the lock: is enough held that a round should not wait? */
+/* Under the lock: is enough held (not pooled) that a round should not
+ * wait?
+ */
 static bool
 round_is_full (const struct writeback *wb)
 {
-  return wb->held_bytes >= wb->max / ROUND_GATHER_FULL;
+  return wb->held_bytes - wb->pool_bytes >= wb->max / ROUND_GATHER_FULL;
 }
 
 /* Under the lock: should the committer start the round now rather than
