@@ -91,9 +91,8 @@ struct writeback {
   bool gathering;                 /* the committer gathers a round */
   struct held_write *pool;        /* mappings kept for reuse */
   uint64_t pool_bytes;            /* their cost (in held_bytes too) */
-  /* Copy-out batches for the next round (copy-out.h), and how many. */
+  /* Copy-out batches for the next round (copy-out.h). */
   struct deferred_copy *copies, *copies_last;
-  uint64_t ncopies;
   /* Batches copied and published while paused (the test hook), for the
    * next round's commit.
    */
@@ -579,7 +578,6 @@ writeback_defer_copy (struct snapfg_engine *e, struct deferred_copy *dc)
   else
     wb->copies = dc;
   wb->copies_last = dc;
-  wb->ncopies++;
   pthread_mutex_unlock (&wb->lock);
 }
 
@@ -690,7 +688,6 @@ take_copies (struct writeback *wb)
   struct deferred_copy *copies = wb->copies;
 
   wb->copies = wb->copies_last = NULL;
-  wb->ncopies = 0;
   wb->urged = false;
   return copies;
 }
