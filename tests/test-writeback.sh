@@ -20,6 +20,10 @@
 #  4. A failed origin write after the acknowledgement (an NBD origin
 #     whose writes fail on demand): the next flush on every connection
 #     fails with EIO, once; the snapshot stays valid.
+#  4b. A failed origin read in the committer's copy (an NBD origin whose
+#     reads fail on demand): a write still copying out fails with EIO;
+#     an acknowledged one is dropped, logged, and the next flush on
+#     every connection fails with EIO, once; the snapshot stays valid.
 #  5. A failed commit after the acknowledgement (an NBD COW whose flush
 #     fails on demand): the snapshot becomes Invalid, the origin write
 #     goes ahead.
@@ -199,19 +203,54 @@ export_equals "$(uri "$sock" snapshot)" "$pristine" "origin write failed: snapsh
 stop_nbdkit "$pid"
 stop_nbdkit "$opid"
 
+info "=== 4b. the committer's copy cannot read the origin"
+fresh
+trigger="$tmpdir/fail-reads"
+rm -f "$trigger"
+backend "$osock" "$opid" --filter=error file "$origin" \
+    error-pread=EIO error-pread-rate=100% error-pread-file="$trigger"
+touch "$pause"
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+    origin="$(uri "$osock")" cow="$cow" control="$ctlsock"
+touch "$trigger"
+wbio copy-read-fails "$sock" "$pristine" "$pause" "$trigger" || true
+grep -q "origin=.*read of chunks\? 51[12].* for a copy-out failed" "$pid.log" &&
+    info "ok: the failed read is logged" ||
+    check_fail "the copy's failed origin read is not in the log"
+grep -q "write of 8192 bytes at 2097152 was acknowledged but is not applied" \
+    "$pid.log" && info "ok: the dropped write is logged" ||
+    check_fail "the dropped write is not in the log"
+! grep -q "is now Invalid" "$pid.log" ||
+    check_fail "the snapshot became Invalid on an origin read error"
+errs=$(stat_field writeback_origin_errors)
+[ "$errs" -ge 1 ] && info "ok: stats: $errs origin error(s)" ||
+    check_fail "stats: writeback_origin_errors is $errs"
+"$PY" - "$model" <<'EOF'
+import sys
+m = bytearray(open(sys.argv[1], "rb").read())
+m[0x200000:0x200000 + 8192] = b"\x77" * 8192
+open(sys.argv[1], "wb").write(m)
+EOF
+export_equals "$(uri "$sock" snapshot)" "$pristine" "origin read failed: snapshot still valid and pristine"
+export_equals "$(uri "$sock" origin)" "$model" "origin read failed: origin holds only the write made again"
+stop_nbdkit "$pid"
+stop_nbdkit "$opid"
+files_equal "$origin" "$model" "origin read failed: the origin file"
+
 info "=== 5. a held write's commit fails: the snapshot becomes Invalid"
 fresh
 csock="$tmpdir/c.sock"; cpid="$tmpdir/c.pid"; trigger="$tmpdir/fail-cow"
 rm -f "$trigger"
-# The paused committer copies the chunk (its copy-out is done; the
-# origin write stays held); the commit's metadata write comes after,
-# once it is let go, and fails.
+# The paused committer copies the chunk once a second write waits for it
+# (its copy-out is done; both origin writes stay held); the commit's
+# metadata write comes after, once it is let go, and fails.
 backend "$csock" "$cpid" --filter=error memory 32M \
     error-pwrite=EIO error-pwrite-rate=100% error-pwrite-file="$trigger"
 touch "$pause"
 SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
     origin="$origin" cow="$(uri "$csock")" control="$ctlsock"
 wbio write "$sock" 0x300000 4096 0x66 || check_fail "the first write failed"
+wbio write "$sock" 0x300000 4096 0x66 || check_fail "the second write failed"
 snapshot_copied() {
     "$SNAPFGCTL" --socket "$ctlsock" stats --json >"$tmpdir/stats.json" &&
     [ "$(jq_py "$tmpdir/stats.json" \

@@ -30,6 +30,16 @@ itself (read directly, byte for byte), prints "ok ..." lines and exits
       are): each one's next flush
       fails with EIO, the flush after it succeeds; a connection opened
       later flushes fine.
+  copy-read-fails SOCK PRISTINE PAUSE TRIGGER
+      The committer is paused and the origin's reads fail while TRIGGER
+      exists.  A first write A (8K at 2M) is acknowledged: its copy is
+      the committer's.  A second write B over the chunk before A and
+      A's first chunk waits for A's chunk, so the paused committer makes
+      both copies, and both reads fail: B fails with EIO, A is dropped.
+      Once TRIGGER and PAUSE are removed, the next flush on every
+      connection open before fails with EIO, the one after succeeds;
+      origin and snapshot read the pristine data there; A written again
+      lands.
   write SOCK OFFSET LENGTH BYTE
       One write, no flush.
 """
@@ -209,6 +219,41 @@ def cmd_flush_fails(sock, pause):
         close(h)
 
 
+def cmd_copy_read_fails(sock, pristine, pause, trigger):
+    a = connect_unix(sock, "origin")
+    b = connect_unix(sock, "snapshot")
+    c = connect_unix(sock, "origin")
+    a.pwrite(b"\x77" * 8192, 0x200000)
+    check("write A, whose copy is the committer's, is acknowledged", True)
+    try:
+        c.pwrite(b"\x55" * 8192, 0x1ff000)
+        check("write B fails, its copy's origin read failed", False)
+    except nbd.Error as e:
+        check("write B fails with EIO (got %s)" % e.errno,
+              e.errno in (errno.EIO, "EIO"))
+    os.unlink(trigger)
+    os.unlink(pause)
+    ea, eb = flush_errno(a), flush_errno(b)
+    check("the next flush on the origin fails with EIO (got %s)" % ea,
+          ea in (errno.EIO, "EIO"))
+    check("the next flush on the snapshot fails with EIO (got %s)" % eb,
+          eb in (errno.EIO, "EIO"))
+    check("the flush after that succeeds", flush_errno(a) == 0)
+    want = read_file(pristine, 0x1ff000, 3 * 4096)
+    check("the origin reads the old data where A and B failed",
+          a.pread(3 * 4096, 0x1ff000) == want)
+    check("the snapshot reads the old data there",
+          b.pread(3 * 4096, 0x1ff000) == want)
+    a.pwrite(b"\x77" * 8192, 0x200000)
+    check("A written again and flushed", flush_errno(a) == 0)
+    check("the origin reads A",
+          a.pread(8192, 0x200000) == b"\x77" * 8192)
+    check("the snapshot still reads the old data",
+          b.pread(3 * 4096, 0x1ff000) == want)
+    for h in (a, b, c):
+        close(h)
+
+
 def cmd_write(sock, off, n, byte):
     h = connect_unix(sock, "origin")
     h.pwrite(bytes([byte]) * n, off)
@@ -227,6 +272,8 @@ def main():
         cmd_fill(args[0], args[1], int(args[2]), int(args[3]))
     elif cmd == "flush-fails":
         cmd_flush_fails(*args)
+    elif cmd == "copy-read-fails":
+        cmd_copy_read_fails(*args)
     elif cmd == "write":
         cmd_write(args[0], int(args[1], 0), int(args[2], 0), int(args[3], 0))
     else:

@@ -269,13 +269,26 @@ struct copy_batch {
   struct store_pair *pair;
 };
 
-/* A batch waiting for the committer, with its arrays after it. */
+/* A batch waiting for the committer, with its arrays after it.  The
+ * held write it was made for (owner) stays queued at least until the
+ * batch is committed: it was queued before the batch, and the committer
+ * applies (and frees) a held write only after the round that took its
+ * batches.
+ */
 struct deferred_copy {
   struct deferred_copy *next;
   struct snapfg_snapshot *s;
+  struct held_write *owner;
   bool grouped;                 /* deferred_copy_write's and _commit's */
+  int read_error;               /* an origin read failed: its error */
   struct copy_batch b;
 };
+
+/* A pair's new_chunk once its origin chunk could not be read: the claim
+ * is given up, the exception is not committed, and the COW chunk stays
+ * unused (as when a request's copy-out fails after the allocation).
+ */
+#define CHUNK_NOT_COPIED UINT64_MAX
 
 DEFINE_VECTOR_TYPE (store_pair_vector, struct store_pair);
 
@@ -300,7 +313,8 @@ batch_init (struct copy_batch *b, struct copy_batch_arrays *a)
 
 /* A batch of up to cap chunks for the committer. */
 static struct deferred_copy *
-deferred_copy_new (struct snapfg_snapshot *s, size_t cap)
+deferred_copy_new (struct snapfg_snapshot *s, struct held_write *owner,
+                   size_t cap)
 {
   struct deferred_copy *dc;
   char *p;
@@ -312,6 +326,8 @@ deferred_copy_new (struct snapfg_snapshot *s, size_t cap)
   p = (char *) (dc + 1);
   dc->next = NULL;
   dc->s = s;
+  dc->owner = owner;
+  dc->read_error = 0;
   dc->b.n = 0;
   dc->b.cap = cap;
   dc->b.data = NULL;
@@ -443,19 +459,25 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
 
 /* B → C for all, so that new snapshot reads go to the COW store, then
  * drain the snapshot reads sent to the origin earlier and retire each
- * (C → D).  One stripe lock at a time.
+ * (C → D).  One stripe lock at a time.  (A deferred batch's chunks that
+ * could not be copied were given up before: they are skipped.)
  */
 static void
 publish_batch (struct snapfg_snapshot *s, struct copy_batch *b)
 {
-  size_t i;
+  size_t i, copied = 0;
 
   for (i = 0; i < b->n; ++i) {
+    if (b->pair[i].new_chunk == CHUNK_NOT_COPIED)
+      continue;
+    copied++;
     exception_stripe_lock (b->stripe[i]);
     exception_stripe_publish (b->stripe[i], &b->pe[i], b->pair[i].new_chunk);
     exception_stripe_unlock (b->stripe[i]);
   }
   for (i = 0; i < b->n; ++i) {
+    if (b->pair[i].new_chunk == CHUNK_NOT_COPIED)
+      continue;
     exception_stripe_lock (b->stripe[i]);
     while (exception_stripe_has_tracked_reads (b->stripe[i],
                                                b->pair[i].old_chunk)) {
@@ -469,15 +491,15 @@ publish_batch (struct snapfg_snapshot *s, struct copy_batch *b)
     exception_stripe_unlock (b->stripe[i]);
   }
 
-  if (snapfg_debug_cow)
+  if (snapfg_debug_cow && copied)
     snapfg_debug ("snapshot %s: %zu chunk%s from %" PRIu64 " -> COW chunks "
                   "from %" PRIu64 "%s", s->name, b->n,
                   b->n > 1 ? "s" : "", b->pair[0].old_chunk,
                   b->pair[0].new_chunk,
                   b->data ? " (snapshot write)" : b->defer ? " (write-back)"
                   : "");
-  stats_add (&s->stats, STAT_COPY_OUTS, b->n);
-  stats_add (&s->stats, STAT_BYTES_COPIED, (uint64_t) b->n * s->chunk_size);
+  stats_add (&s->stats, STAT_COPY_OUTS, copied);
+  stats_add (&s->stats, STAT_BYTES_COPIED, (uint64_t) copied * s->chunk_size);
   b->n = 0;
 }
 
@@ -534,8 +556,9 @@ batch_done (struct snapfg_snapshot *s, struct copy_batch *b,
 
 int
 snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
-                         uint64_t last, bool defer)
+                         uint64_t last, struct held_write *held)
 {
+  bool defer = held != NULL;
   struct copy_batch_arrays arrays;
   struct copy_batch local, *b = &local;
   struct deferred_copy *dc = NULL;
@@ -558,7 +581,7 @@ snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
       /* A batch the committer will own: as long as the request needs. */
       uint64_t left = last - chunk + 1;
 
-      dc = deferred_copy_new (s, left < max ? left : max);
+      dc = deferred_copy_new (s, held, left < max ? left : max);
       if (dc == NULL) {
         r = -ENOMEM;
         break;
@@ -615,15 +638,18 @@ snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
  * for the COW file.
  */
 #define GATHER_BYTES (1024 * 1024)
+#define GATHER_MAX_CHUNKS (GATHER_BYTES / SNAPFG_MIN_CHUNK_SIZE)
 
 struct gather {
   struct snapfg_snapshot *s;
   char *buf;                    /* GATHER_BYTES, or NULL: copy each run */
   uint64_t max;                 /* chunks in a run at most */
   uint64_t new0, n;             /* the run: COW chunks new0 .. new0+n-1 */
-  uint64_t old[GATHER_BYTES / SNAPFG_MIN_CHUNK_SIZE];
-  int r;                        /* the first failure */
-  bool cow_failed;
+  struct {
+    struct store_pair *pair;
+    struct deferred_copy *dc;
+  } slot[GATHER_MAX_CHUNKS];
+  int r;                        /* the first COW write failure */
 };
 
 /* Read origin chunks [chunk, chunk+n) into buf; past the origin's end
@@ -648,42 +674,78 @@ read_origin_chunks (struct snapfg_snapshot *s, char *buf, uint64_t chunk,
   return 0;
 }
 
+static uint64_t
+slot_old (const struct gather *g, uint64_t i)
+{
+  return g->slot[i].pair->old_chunk;
+}
+
+/* Reading the origin for the gathered run failed.  The copies are
+ * already acknowledged, so the error cannot go back to a request; and
+ * the snapshot has lost nothing yet, since no held write over those
+ * chunks has reached the origin.  So copy the run chunk by chunk, and
+ * mark each chunk whose read fails: its claim is given up, and its held
+ * write is never applied (writeback_copy_failed), so that the snapshot
+ * stays valid.  A COW write failure on the way is one for the snapshot.
+ * Returns 0 or that failure.
+ */
+static int
+gather_copy_each (struct gather *g, uint64_t n, bool *cow_failed)
+{
+  struct snapfg_snapshot *s = g->s;
+
+  for (uint64_t i = 0; i < n; ++i) {
+    int r = copy_chunk_run (s, slot_old (g, i), g->new0 + i, 1, cow_failed);
+
+    if (r < 0 && *cow_failed)
+      return r;
+    if (r < 0) {
+      g->slot[i].pair->new_chunk = CHUNK_NOT_COPIED;
+      if (g->slot[i].dc->read_error == 0)
+        g->slot[i].dc->read_error = r;
+    }
+  }
+  return 0;
+}
+
 /* Write the gathered run, if any. */
 static void
 gather_flush (struct gather *g)
 {
   struct snapfg_snapshot *s = g->s;
   uint64_t n = g->n, i, j;
-  bool consecutive = true;
+  bool consecutive = true, cow_failed = false;
   int r = 0;
 
   g->n = 0;
   if (n == 0 || g->r < 0)
     return;
   for (i = 1; i < n && consecutive; ++i)
-    consecutive = g->old[i] == g->old[i - 1] + 1;
+    consecutive = slot_old (g, i) == slot_old (g, i - 1) + 1;
   if (consecutive || g->buf == NULL) {
     for (i = 0; i < n && r == 0; i = j) {
-      for (j = i + 1; j < n && g->old[j] == g->old[j - 1] + 1; ++j)
+      for (j = i + 1; j < n && slot_old (g, j) == slot_old (g, j - 1) + 1; ++j)
         ;
-      r = copy_chunk_run (s, g->old[i], g->new0 + i, j - i, &g->cow_failed);
+      r = copy_chunk_run (s, slot_old (g, i), g->new0 + i, j - i,
+                          &cow_failed);
     }
   }
   else {
     for (i = 0; i < n && r == 0; i = j) {
-      for (j = i + 1; j < n && g->old[j] == g->old[j - 1] + 1; ++j)
+      for (j = i + 1; j < n && slot_old (g, j) == slot_old (g, j - 1) + 1; ++j)
         ;
-      r = read_origin_chunks (s, g->buf + (i << s->chunk_shift), g->old[i],
-                              j - i);
+      r = read_origin_chunks (s, g->buf + (i << s->chunk_shift),
+                              slot_old (g, i), j - i);
     }
-    g->cow_failed = false;
     if (r == 0) {
       engine_test_delay (s->engine);    /* widen the B window in tests */
       r = device_pwrite (&s->store->dev, g->buf, n << s->chunk_shift,
                          store_chunk_offset (s->store, g->new0));
-      g->cow_failed = r < 0;
+      cow_failed = r < 0;
     }
   }
+  if (r < 0 && !cow_failed)
+    r = gather_copy_each (g, n, &cow_failed);
   if (r < 0)
     g->r = r;
   else
@@ -692,13 +754,15 @@ gather_flush (struct gather *g)
 
 /* Add one pair to the gathered run (flushing the run if it ends). */
 static void
-gather_add (struct gather *g, const struct store_pair *p)
+gather_add (struct gather *g, struct deferred_copy *dc, struct store_pair *p)
 {
   if (g->n && (p->new_chunk != g->new0 + g->n || g->n == g->max))
     gather_flush (g);
   if (g->n == 0)
     g->new0 = p->new_chunk;
-  g->old[g->n++] = p->old_chunk;
+  g->slot[g->n].pair = p;
+  g->slot[g->n].dc = dc;
+  g->n++;
 }
 
 void
@@ -721,7 +785,7 @@ deferred_copy_write (struct deferred_copy *list)
     if (!snapshot_is_valid (s))
       continue;
     if (g == NULL) {
-      /* No memory for the run's bookkeeping: batch by batch. */
+      /* No memory for the run's bookkeeping: chunk by chunk. */
       g = &local;
       local.max = 1;
     }
@@ -731,27 +795,26 @@ deferred_copy_write (struct deferred_copy *list)
     g->buf = g == &local ? NULL : buf;
     g->n = 0;
     g->r = 0;
-    g->cow_failed = false;
     for (struct deferred_copy *d = dc; d && g->r == 0; d = d->next)
       if (d->s == s)
         for (size_t i = 0; i < d->b.n; ++i)
-          gather_add (g, &d->b.pair[i]);
+          gather_add (g, d, &d->b.pair[i]);
     gather_flush (g);
-    if (g->r < 0) {
+    if (g->r < 0)
       /* The snapshot cannot keep the old data: Invalid (the origin
-       * writes go ahead, acknowledged already).  An origin read error
-       * has no request left to fail either.
+       * writes go ahead, acknowledged already).
        */
-      if (g->cow_failed)
-        cow_write_failure (s, g->r, true);
-      else
-        snapshot_invalidate (s, "reading the origin for a copy-out failed",
-                             -g->r);
-    }
+      cow_write_failure (s, g->r, true);
     else
       for (struct deferred_copy *d = dc; d; d = d->next)
-        if (d->s == s)
+        if (d->s == s) {
           engine_fault_point (s->engine, FAULT_AFTER_COW_DATA);
+          /* Unless the snapshot became Invalid meanwhile (then the
+           * write may go ahead: nothing is left to protect).
+           */
+          if (d->read_error && snapshot_is_valid (s))
+            writeback_copy_failed (s->engine, d->owner, d->read_error);
+        }
     if (g == &local)
       g = NULL;
   }
@@ -779,7 +842,8 @@ deferred_copy_commit (struct deferred_copy *list)
       if (d->s == s) {
         d->grouped = true;
         for (size_t i = 0; i < d->b.n && whole; ++i)
-          whole = store_pair_vector_append (&pairs, d->b.pair[i]) == 0;
+          if (d->b.pair[i].new_chunk != CHUNK_NOT_COPIED)
+            whole = store_pair_vector_append (&pairs, d->b.pair[i]) == 0;
       }
     if (!snapshot_is_valid (s))
       continue;
@@ -820,8 +884,13 @@ deferred_copy_publish (struct deferred_copy *list)
   for (struct deferred_copy *dc = list; dc; dc = dc->next) {
     size_t n = dc->b.n;
 
-    if (snapshot_is_valid (dc->s))
+    if (snapshot_is_valid (dc->s)) {
+      if (dc->read_error)
+        for (size_t i = 0; i < n; ++i)
+          if (dc->b.pair[i].new_chunk == CHUNK_NOT_COPIED)
+            abandon_chunk (dc->b.stripe[i], &dc->b.pe[i]);
       publish_batch (dc->s, &dc->b);
+    }
     else
       abandon_batch (&dc->b);
     dc->b.n = n;

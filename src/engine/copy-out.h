@@ -13,6 +13,8 @@
 
 #include "engine-internal.h"
 
+struct held_write;
+
 /* Copy origin chunk 'chunk' of snapshot s into its COW store and publish
  * the exception, unless it is already remapped.  'data', if not NULL, is a
  * snapshot write of 'count' bytes at 'offset_in_chunk' to be merged into
@@ -29,24 +31,30 @@ extern int snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
 /* Copy out every chunk from 'first' to 'last' (inclusive) that snapshot s
  * does not hold yet, before an origin change: together, in batches (one
  * commit per batch, consecutive chunks in one read and one write).
- * With defer (write-back), the batches are handed to the committer
- * (writeback_defer_copy), which copies and commits them.
- * Returns 0 once every chunk is remapped, -ENOSPC if the store is full,
- * -EIO if the snapshot is (or became) Invalid, or the origin's read
- * error.
+ * With held (write-back: the held write the change is), the batches are
+ * handed to the committer (writeback_defer_copy), which copies and
+ * commits them, and tells the held write if a copy failed
+ * (writeback_copy_failed).
+ * Returns 0 once every chunk is remapped (with held: claimed), -ENOSPC
+ * if the store is full, -EIO if the snapshot is (or became) Invalid, or
+ * the origin's read error.
  */
 extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
                                     uint64_t first, uint64_t last,
-                                    bool defer);
+                                    struct held_write *held);
 
 /* A batch of origin copy-outs handed to the write-back committer
  * (writeback_defer_copy): its chunks are claimed (state B) and have COW
  * chunks, nothing is copied yet.  The committer, for the list of a round
  * (linked by writeback.c through deferred_copy_link):
- *   1. deferred_copy_write: copies every batch of a valid snapshot (a
- *      failure makes the snapshot Invalid);
+ *   1. deferred_copy_write: copies every batch of a valid snapshot.  A
+ *      failed COW write makes the snapshot Invalid; a failed origin
+ *      read leaves it valid and marks the chunks it could not copy,
+ *      whose held write must then never reach the origin
+ *      (writeback_copy_failed);
  *   2. deferred_copy_publish: publishes and retires (B → C → D) the
- *      batches of snapshots still valid, gives the others up (B → A):
+ *      copied chunks of snapshots still valid, gives the others up
+ *      (B → A):
  *      snapshot reads of the chunks go to their copies, written but not
  *      durable, and writers waiting for them go on, as with a copy-out
  *      whose commit is deferred;

@@ -146,6 +146,8 @@ extern void snapshot_invalidate (struct snapfg_snapshot *s, const char *why,
 
 /* The kinds of origin change (io-origin.c, merge.c, writeback.c). */
 enum origin_op { ORIGIN_READ, ORIGIN_WRITE, ORIGIN_ZERO, ORIGIN_TRIM };
+/* "write", "zero", ... for messages. */
+extern const char *origin_op_name (enum origin_op op);
 /* Change the origin itself, once every snapshot holds its copy (origin-device.c;
  * the committer applies held writes with it).  Logs a failure.
  */

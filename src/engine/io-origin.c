@@ -75,13 +75,15 @@ needs_copy_out (struct snapfg_engine *e, uint32_t count, uint64_t offset,
 }
 
 /* Copy out every chunk of [offset, offset+count) into every valid
- * snapshot that does not hold it yet.  A snapshot whose store is full or
- * failed becomes Invalid and the origin change goes ahead (docs/design.md
- * section 6); an origin read error is returned to the client.
+ * snapshot that does not hold it yet (with held, the change's held
+ * write: leave the copies to the write-back committer).  A snapshot
+ * whose store is full or failed becomes Invalid and the origin change
+ * goes ahead (docs/design.md section 6); an origin read error is
+ * returned to the client.
  */
 static int
 prepare_origin_change (struct snapfg_engine *e, uint32_t count,
-                       uint64_t offset, bool defer)
+                       uint64_t offset, struct held_write *held)
 {
   for (size_t i = 0; i < e->nsnapshots; ++i) {
     struct snapfg_snapshot *s = e->snapshots[i];
@@ -93,9 +95,9 @@ prepare_origin_change (struct snapfg_engine *e, uint32_t count,
     if (!snapshot_is_valid (s))
       continue;
     /* All the request's chunks together: one commit for all of them
-     * (with defer, left to the write-back committer).
+     * (with held, left to the write-back committer).
      */
-    r = snapshot_copy_out_range (s, first, last, defer);
+    r = snapshot_copy_out_range (s, first, last, held);
     if (r >= 0)
       continue;
     if (r == -ENOSPC) {
@@ -135,9 +137,12 @@ origin_change_past_end (struct snapfg_engine *e, uint32_t count,
 }
 
 /* A first write under write-back: registered as held before its
- * copy-outs (whose commits are left to the committer), acknowledged once
- * they are written.  Returns 0 (held), -EAGAIN (no room: the caller
- * waits for it with no lock held and tries again), or an error.
+ * copy-outs, which are left to the committer (their chunks claimed),
+ * acknowledged at once.  An origin read error in one of those copies is
+ * returned here if the committer met it before the acknowledgement;
+ * after it, the write is dropped and the next flush fails (writeback.h).
+ * Returns 0 (held), -EAGAIN (no room: the caller waits for it with no
+ * lock held and tries again), or an error.
  */
 static int
 hold_first_write (struct snapfg_engine *e, enum origin_op op,
@@ -149,23 +154,21 @@ hold_first_write (struct snapfg_engine *e, enum origin_op op,
 
   /* Past the end of a shrunk origin the change would fail when the
    * committer applies it, after the client was told it succeeded: fail
-   * it now, as writeback=off does.  (A copy-out whose read fails there
-   * does not fail the request: the snapshot that lost the data just
-   * becomes Invalid, and the change goes ahead.)
+   * it now, as writeback=off does.
    */
   if (origin_change_past_end (e, count, offset))
     return -EIO;
   h = writeback_hold_first (e, op, buf, count, offset, flags, &r);
   if (h == NULL)
     return r;
-  r = prepare_origin_change (e, count, offset, true);
-  if (r < 0) {
-    writeback_cancel (e, h);
-    return r;
+  r = prepare_origin_change (e, count, offset, h);
+  if (r == 0) {
+    track_origin_change (e, count, offset, flags);
+    r = writeback_ready (e, h);
   }
-  track_origin_change (e, count, offset, flags);
-  writeback_ready (e, h);
-  return 0;
+  if (r < 0)
+    writeback_cancel (e, h);
+  return r;
 }
 
 /* Change the origin with every snapshot's copy durable first (the
@@ -176,7 +179,7 @@ change_origin_in_order (struct snapfg_engine *e, enum origin_op op,
                         const void *buf, uint32_t count, uint64_t offset,
                         unsigned flags)
 {
-  int r = prepare_origin_change (e, count, offset, false);
+  int r = prepare_origin_change (e, count, offset, NULL);
 
   if (r < 0)
     return r;

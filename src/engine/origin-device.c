@@ -17,6 +17,18 @@
 #include "engine-test-hooks.h"
 #include "snapfg-log.h"
 
+const char *
+origin_op_name (enum origin_op op)
+{
+  switch (op) {
+  case ORIGIN_READ: return "read";
+  case ORIGIN_WRITE: return "write";
+  case ORIGIN_ZERO: return "zero";
+  case ORIGIN_TRIM: return "trim";
+  }
+  return "change";
+}
+
 /* Do a change to the origin once every snapshot holds its copy. */
 int
 origin_apply_change (struct snapfg_engine *e, enum origin_op op,
@@ -49,9 +61,8 @@ origin_apply_change (struct snapfg_engine *e, enum origin_op op,
     r = device_flush (&e->origin);
   if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
     snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
-                  " failed: %s", e->origin.path,
-                  op == ORIGIN_WRITE ? "write" : op == ORIGIN_ZERO ? "zero"
-                  : "trim", count, offset, strerror (-r));
+                  " failed: %s", e->origin.path, origin_op_name (op),
+                  count, offset, strerror (-r));
   return r;
 }
 

@@ -66,7 +66,14 @@ struct held_write {
   uint64_t cost;
   atomic_int refs;                /* the queue, and readers laying it over */
   atomic_bool ready;              /* acknowledged (set without the lock) */
-  bool cancelled;                 /* its copy-outs failed: never applied */
+  /* Between the writer and the committer's copies: 0 while the writer
+   * does its copy-outs, 1 once it acknowledged the write, or the error
+   * of a copy the committer could not make before that (the writer
+   * fails the request with it).  Exactly one of the two wins.
+   */
+  atomic_int ack;
+  bool cancelled;                 /* not done: never applied */
+  bool lost;                      /* ... although acknowledged */
   unsigned char data[];           /* ORIGIN_WRITE: the new data */
 };
 
@@ -105,8 +112,8 @@ struct writeback {
   _Atomic bool running;         /* read unlocked by flushes and drains */
   atomic_bool stop;
   /* Test hook: SNAPFG_TEST_WRITEBACK_PAUSE=FILE holds every write back
-   * (none reaches the origin; copy-out batches are still done) while
-   * FILE exists, except at a stop.
+   * (none reaches the origin; copy-out batches are done when a writer
+   * waits for one of their chunks) while FILE exists, except at a stop.
    */
   char *pause_path;
 
@@ -339,7 +346,9 @@ held_new (struct held_write *reuse, int op, const void *buf, uint32_t count,
   h->cost = writeback_cost (op, count);
   atomic_init (&h->refs, 1);
   atomic_init (&h->ready, false);
+  atomic_init (&h->ack, 0);
   h->cancelled = false;
+  h->lost = false;
   if (data)
     memcpy (h->data, buf, data);
   return h;
@@ -470,10 +479,17 @@ writeback_wait_room (struct snapfg_engine *e, uint64_t cost)
   pthread_mutex_unlock (&wb->lock);
 }
 
-void
+int
 writeback_ready (struct snapfg_engine *e, struct held_write *h)
 {
   struct writeback *wb = e->wb;
+  int ack = 0;
+
+  /* A copy of ours the committer already tried failed: the request
+   * fails with its error (the caller cancels the write).
+   */
+  if (!atomic_compare_exchange_strong (&h->ack, &ack, 1))
+    return ack;
 
   /* No lock unless the committer waits for work: it says so (idle)
    * before it looks at the queue a last time, and this says ready
@@ -487,6 +503,30 @@ writeback_ready (struct snapfg_engine *e, struct held_write *h)
     wake_committer (wb, false);
     pthread_mutex_unlock (&wb->lock);
   }
+  return 0;
+}
+
+void
+writeback_copy_failed (struct snapfg_engine *e, struct held_write *h,
+                       int err)
+{
+  struct writeback *wb = e->wb;
+  int ack = 0;
+
+  /* Still copying out: the writer returns the error to its client. */
+  if (atomic_compare_exchange_strong (&h->ack, &ack, err))
+    return;
+  if (ack < 0)
+    return;                     /* failed already */
+  /* Acknowledged: the write must not reach the origin (the snapshot
+   * would lose the chunk), and is not read any more; the committer
+   * says so when its turn comes (the next flush or FUA on every
+   * connection fails).
+   */
+  pthread_mutex_lock (&wb->lock);
+  h->cancelled = true;
+  h->lost = true;
+  pthread_mutex_unlock (&wb->lock);
 }
 
 void
@@ -799,12 +839,13 @@ committer (void *arg)
     if (wb->pause_path && !atomic_load (&wb->stop) &&
         access (wb->pause_path, F_OK) == 0) {
       /* Paused: no held write reaches the origin, but copy-out batches
-       * are done, so that writers waiting for their chunks go on (as a
-       * slow disk would let them).
+       * are done once a writer waits for one of their chunks, so that
+       * it goes on (as a slow disk would let it).  Only then, so that a
+       * test decides when the copies are made.
        */
       struct deferred_copy *last_copy = wb->copies_last;
 
-      copies = take_copies (wb);
+      copies = wb->urged ? take_copies (wb) : NULL;
       pthread_mutex_unlock (&wb->lock);
       copy_round (copies);
       usleep (10000);
@@ -841,7 +882,15 @@ committer (void *arg)
       continue;
     }
     for (h = first; ; h = h->next) {
-      if (!h->cancelled) {
+      if (h->lost) {
+        snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
+                      " was acknowledged but is not applied: reading the "
+                      "old data for a snapshot failed; the next flush "
+                      "fails", e->origin.path, origin_op_name (h->op),
+                      h->count, h->offset);
+        atomic_fetch_add (&wb->origin_errors, 1);
+      }
+      else if (!h->cancelled) {
         int r = origin_apply_change (e, h->op, h->data, h->count, h->offset,
                                      h->flags);
         if (r < 0)

@@ -57,9 +57,12 @@ extern struct held_write *writeback_hold_first (struct snapfg_engine *e,
 /* Wait until a request costing cost could be held (no geometry lock). */
 extern void writeback_wait_room (struct snapfg_engine *e, uint64_t cost);
 /* The held write's copy-outs are done: it is acknowledged, and the
- * committer may apply it once its exceptions are durable.
+ * committer may apply it once its exceptions are durable.  Returns 0,
+ * or the error of one of its copies that the committer already found
+ * failed (then the write is not done: writeback_cancel it and fail the
+ * request).
  */
-extern void writeback_ready (struct snapfg_engine *e, struct held_write *h);
+extern int writeback_ready (struct snapfg_engine *e, struct held_write *h);
 /* Its copy-outs failed: the write is not done and never applied. */
 extern void writeback_cancel (struct snapfg_engine *e, struct held_write *h);
 
@@ -80,6 +83,13 @@ extern int writeback_order_after_held (struct snapfg_engine *e, int op,
 struct deferred_copy;
 extern void writeback_defer_copy (struct snapfg_engine *e,
                                   struct deferred_copy *dc);
+/* The committer could not read the origin for a copy of h's (err): h
+ * must never reach the origin.  Before h is acknowledged, its writer
+ * gets err (writeback_ready); after, h is dropped and the next flush or
+ * FUA on every connection fails.
+ */
+extern void writeback_copy_failed (struct snapfg_engine *e,
+                                   struct held_write *h, int err);
 /* A writer waits for a chunk that may be in a queued batch: start the
  * round now rather than gather more.  No stripe lock held.
  */
