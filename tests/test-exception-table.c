@@ -4,7 +4,12 @@
  *  1. insert and look up a million exceptions, with one stripe
  *     (locking=global) and with many; duplicates refused; memory per
  *     exception at most 32 bytes;
- *  2. the four chunk states under concurrency: writer threads copy chunks
+ *  2. many copy-outs pending in one stripe at once (write-back keeps a
+ *     whole commit round pending; more than 65535 in a stripe with
+ *     locking=global): each found pending, none found completed until
+ *     published, half published and all retired, the counts and the
+ *     collected list right after;
+ *  3. the four chunk states under concurrency: writer threads copy chunks
  *     out (claim → publish → drain tracked reads → retire) and then
  *     change the "origin", while reader threads read the "snapshot"
  *     through the table (completed → COW, else tracked origin read).  A
@@ -82,6 +87,90 @@ test_insert_lookup (unsigned stripe_bits)
    */
   if (bytes > 32 * n)
     FAIL ("%.1f bytes per exception (goal: at most 32)", (double) bytes / n);
+  exception_table_destroy (&t);
+}
+
+/* --- many pending exceptions in one stripe --- */
+
+static void
+test_many_pending (unsigned stripe_bits)
+{
+  const uint64_t n = 70000;
+  struct exception_table t;
+  struct pending_exception *pe = calloc (n, sizeof *pe);
+  uint64_t nc, *chunks;
+  size_t nchunks;
+
+  if (pe == NULL || exception_table_init (&t, stripe_bits) < 0)
+    FAIL ("allocating the test table");
+  /* Chunks 10, 20, ...; 5 is remapped before, and is never pending. */
+  if (exception_table_insert (&t, 5, 1) < 0)
+    FAIL ("insert 5");
+  for (uint64_t i = 0; i < n; ++i) {
+    struct exception_stripe *s = exception_table_stripe (&t, (i + 1) * 10);
+
+    exception_stripe_lock (s);
+    while (exception_stripe_add_pending (s, &pe[i], (i + 1) * 10) == -EAGAIN) {
+      exception_stripe_unlock (s);
+      if (exception_stripe_grow (s) < 0)
+        FAIL ("grow");
+      exception_stripe_lock (s);
+    }
+    exception_stripe_unlock (s);
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    struct exception_stripe *s = exception_table_stripe (&t, (i + 1) * 10);
+
+    exception_stripe_lock (s);
+    if (!exception_stripe_is_pending (s, (i + 1) * 10))
+      FAIL ("chunk %" PRIu64 " is not pending", (i + 1) * 10);
+    if (exception_stripe_is_pending (s, (i + 1) * 10 + 1) ||
+        exception_stripe_lookup (s, (i + 1) * 10, NULL))
+      FAIL ("chunk %" PRIu64 "'s pending entry is taken for another",
+            (i + 1) * 10);
+    /* B → C for every other one. */
+    if (i % 2 == 0)
+      exception_stripe_publish (s, &pe[i], 100 + i);
+    exception_stripe_unlock (s);
+  }
+  if (exception_table_count (&t) != 1 + (n + 1) / 2)
+    FAIL ("count with pending ones published: %" PRIu64,
+          exception_table_count (&t));
+  for (uint64_t i = 0; i < n; ++i) {
+    struct exception_stripe *s = exception_table_stripe (&t, (i + 1) * 10);
+
+    exception_stripe_lock (s);
+    exception_stripe_retire (s, &pe[i]);      /* C → D, or B → A */
+    if (exception_stripe_is_pending (s, (i + 1) * 10))
+      FAIL ("chunk %" PRIu64 " still pending after its retire",
+            (i + 1) * 10);
+    exception_stripe_unlock (s);
+  }
+  for (size_t i = 0; i < ((size_t) 1 << stripe_bits); ++i)
+    if (t.stripes[i].npending != 0)
+      FAIL ("stripe %zu: %" PRIu32 " pending after every retire", i,
+            t.stripes[i].npending);
+  for (uint64_t i = 0; i < n; ++i) {
+    bool found = exception_table_lookup (&t, (i + 1) * 10, &nc);
+
+    if (found != (i % 2 == 0) || (found && nc != 100 + i))
+      FAIL ("after retiring, chunk %" PRIu64 " %s", (i + 1) * 10,
+            found ? "has a wrong mapping or was never published" : "lost");
+  }
+  if (!exception_table_lookup (&t, 5, &nc) || nc != 1)
+    FAIL ("chunk 5 lost among the pending ones");
+  if (exception_table_collect (&t, &chunks, &nchunks) < 0)
+    FAIL ("collect");
+  if (nchunks != 1 + (n + 1) / 2)
+    FAIL ("collect found %zu chunks, not %" PRIu64, nchunks,
+          1 + (n + 1) / 2);
+  for (size_t i = 0; i < nchunks; ++i)
+    if (chunks[i] != 5 && (chunks[i] % 20 != 10 || chunks[i] > n * 10))
+      FAIL ("collect returned chunk %" PRIu64 ", never published", chunks[i]);
+  printf ("%u stripe(s): %" PRIu64 " pending at once, retired\n",
+          1u << stripe_bits, n);
+  free (chunks);
+  free (pe);
   exception_table_destroy (&t);
 }
 
@@ -246,6 +335,8 @@ main (void)
 {
   test_insert_lookup (0);
   test_insert_lookup (12);
+  test_many_pending (0);
+  test_many_pending (12);
   test_concurrent_states (0);
   test_concurrent_states (12);
   return EXIT_SUCCESS;

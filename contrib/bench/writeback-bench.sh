@@ -16,6 +16,9 @@
 #   wb-on        snapfg, store=persistent (the default store), writeback=on
 #   wb-off       snapfg, store=persistent, writeback=off
 #   transient    snapfg, store=transient (writeback=on, the default)
+#   wb-base      as wb-on, with another build of the plugin
+#                (SNAPFG_BASELINE=PATH.so): a change against the one
+#                before it, in the same rounds (name it in CELLS)
 # Workloads (fio --ioengine=nbd over a Unix socket, numjobs = connections):
 #   rand4k       one pass of 4 KiB random first writes, iodepth IODEPTH,
 #                each job its own 1/numjobs of the disk (fio's random
@@ -77,6 +80,10 @@ start_server() {
         wb-on) args=("$PLUGIN" "origin=$origin" "cow=$cow" writeback=on) ;;
         wb-off) args=("$PLUGIN" "origin=$origin" "cow=$cow" writeback=off) ;;
         transient) args=("$PLUGIN" "origin=$origin" "cow=$cow" store=transient) ;;
+        wb-base)
+            [ -f "${SNAPFG_BASELINE:-}" ] ||
+                die "wb-base needs SNAPFG_BASELINE=PATH to a plugin build"
+            args=("$SNAPFG_BASELINE" "origin=$origin" "cow=$cow" writeback=on) ;;
         *) die "unknown system $system" ;;
     esac
     if [ -n "${WRITEBACK_MAX:-}" ] && [ "$system" != bare ]; then
@@ -169,7 +176,7 @@ njs = sorted({k[2] for k in v}, key=int)
 print("| workload | system | conns | median IOPS (MiB/s for seq1m) | median ratio to bare | per-round ratios |")
 print("|---|---|---|---|---|---|")
 for wl in ("rand4k", "seq1m", "flush32"):
-    for system in ("bare", "wb-on", "wb-off", "transient"):
+    for system in ("bare", "wb-on", "wb-base", "wb-off", "transient"):
         for nj in njs:
             xs = [x[0] for (w, s, n, r), x in v.items() if (w, s, n) == (wl, system, nj)]
             if not xs:
@@ -184,7 +191,7 @@ print("Flush latency (flush32: a flush after every 32 writes), medians over the 
 print()
 print("| system | conns | flush p50 us | flush p99 us | p99 / bare p99 |")
 print("|---|---|---|---|---|")
-for system in ("bare", "wb-on", "wb-off"):
+for system in ("bare", "wb-on", "wb-base", "wb-off"):
     for nj in njs:
         xs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("flush32", system, nj)]
         if not xs:
@@ -199,7 +206,7 @@ print("Peak RSS of the server (VmHWM, MiB), largest over every cell:")
 print()
 print("| system | workload | peak RSS MiB |")
 print("|---|---|---|")
-for system in ("bare", "wb-on", "wb-off", "transient"):
+for system in ("bare", "wb-on", "wb-base", "wb-off", "transient"):
     for wl in ("rand4k", "seq1m", "flush32"):
         xs = [x[3] for (w, s, n, r), x in v.items() if (w, s) == (wl, system)]
         if xs:

@@ -25,11 +25,36 @@ slot_hash (uint64_t key)
   return key;
 }
 
-/* Keep the hash at most 3/4 full, counting reserved (pending) entries. */
+/* Keys: a completed exception's is old_chunk + 1 (0 is an empty slot), a
+ * pending one's the same with the top bit set (origin chunks are far
+ * below 2^63).  A pending slot's new_chunk means nothing.
+ */
+#define PENDING_KEY_BIT (UINT64_C (1) << 63)
+
+static inline uint64_t
+completed_key (uint64_t old_chunk)
+{
+  return old_chunk + 1;
+}
+
+static inline uint64_t
+pending_key (uint64_t old_chunk)
+{
+  return (old_chunk + 1) | PENDING_KEY_BIT;
+}
+
+/* Keep the hash at most 3/4 full, counting reserved entries. */
 static inline bool
 has_room_for (uint32_t capacity, uint64_t entries)
 {
   return entries * 4 <= (uint64_t) capacity * 3;
+}
+
+/* The slots a stripe uses or has reserved, plus 'more'. */
+static inline uint64_t
+entries_with (const struct exception_stripe *s, uint64_t more)
+{
+  return (uint64_t) s->ncompleted + 2 * (uint64_t) s->npending + more;
 }
 
 int
@@ -90,7 +115,7 @@ exception_stripe_lookup (const struct exception_stripe *s,
 
   if (s->ncompleted == 0)
     return false;
-  slot = probe (s->slots, s->capacity, old_chunk + 1);
+  slot = probe (s->slots, s->capacity, completed_key (old_chunk));
   if (slot->key == 0)
     return false;
   if (new_chunk)
@@ -102,10 +127,9 @@ bool
 exception_stripe_is_pending (const struct exception_stripe *s,
                              uint64_t old_chunk)
 {
-  for (const struct pending_exception *pe = s->pending; pe; pe = pe->next)
-    if (pe->old_chunk == old_chunk)
-      return true;
-  return false;
+  if (s->npending == 0)
+    return false;
+  return probe (s->slots, s->capacity, pending_key (old_chunk))->key != 0;
 }
 
 bool
@@ -123,12 +147,15 @@ exception_stripe_add_pending (struct exception_stripe *s,
                               struct pending_exception *pe,
                               uint64_t old_chunk)
 {
-  if (s->capacity == 0 ||
-      !has_room_for (s->capacity, (uint64_t) s->ncompleted + s->npending + 1))
+  struct completed_slot *slot;
+
+  /* Its own slot, and the one its completed exception will take. */
+  if (s->capacity == 0 || !has_room_for (s->capacity, entries_with (s, 2)))
     return -EAGAIN;
   pe->old_chunk = old_chunk;
-  pe->next = s->pending;
-  s->pending = pe;
+  slot = probe (s->slots, s->capacity, pending_key (old_chunk));
+  slot->key = pending_key (old_chunk);
+  slot->new_chunk = 0;
   s->npending++;
   return 0;
 }
@@ -147,43 +174,20 @@ void
 exception_stripe_publish (struct exception_stripe *s,
                           struct pending_exception *pe, uint64_t new_chunk)
 {
-  insert_slot (s->slots, s->capacity, pe->old_chunk + 1, new_chunk);
+  insert_slot (s->slots, s->capacity, completed_key (pe->old_chunk),
+               new_chunk);
   s->ncompleted++;
 }
 
-void
-exception_stripe_retire (struct exception_stripe *s,
-                         struct pending_exception *pe)
-{
-  struct pending_exception **pp;
-
-  for (pp = &s->pending; *pp; pp = &(*pp)->next) {
-    if (*pp == pe) {
-      *pp = pe->next;
-      break;
-    }
-  }
-  s->npending--;
-  if (s->nwaiters)
-    pthread_cond_broadcast (&s->changed);
-}
-
-bool
-exception_stripe_remove (struct exception_stripe *s, uint64_t old_chunk)
+/* Empty a used slot.  Backward-shift deletion keeps linear probing
+ * correct without tombstones: later members of the cluster move into the
+ * hole when their home slot does not lie between the hole and them.
+ */
+static void
+delete_slot (struct exception_stripe *s, struct completed_slot *slot)
 {
   uint32_t mask = s->capacity - 1, hole, i;
-  struct completed_slot *slot;
 
-  if (s->ncompleted == 0)
-    return false;
-  slot = probe (s->slots, s->capacity, old_chunk + 1);
-  if (slot->key == 0)
-    return false;
-
-  /* Backward-shift deletion keeps linear probing correct without
-   * tombstones: move later members of the cluster into the hole when
-   * their home slot does not lie between the hole and them.
-   */
   hole = slot - s->slots;
   for (i = (hole + 1) & mask; s->slots[i].key != 0; i = (i + 1) & mask) {
     uint32_t home = slot_hash (s->slots[i].key) & mask;
@@ -196,6 +200,33 @@ exception_stripe_remove (struct exception_stripe *s, uint64_t old_chunk)
   }
   s->slots[hole].key = 0;
   s->slots[hole].new_chunk = 0;
+}
+
+void
+exception_stripe_retire (struct exception_stripe *s,
+                         struct pending_exception *pe)
+{
+  struct completed_slot *slot = probe (s->slots, s->capacity,
+                                       pending_key (pe->old_chunk));
+
+  if (slot->key)
+    delete_slot (s, slot);
+  s->npending--;
+  if (s->nwaiters)
+    pthread_cond_broadcast (&s->changed);
+}
+
+bool
+exception_stripe_remove (struct exception_stripe *s, uint64_t old_chunk)
+{
+  struct completed_slot *slot;
+
+  if (s->ncompleted == 0)
+    return false;
+  slot = probe (s->slots, s->capacity, completed_key (old_chunk));
+  if (slot->key == 0)
+    return false;
+  delete_slot (s, slot);
   s->ncompleted--;
   return true;
 }
@@ -246,7 +277,7 @@ exception_stripe_grow (struct exception_stripe *s)
    */
   exception_stripe_lock (s);
   capacity = s->capacity ? s->capacity : 8;
-  while (!has_room_for (capacity, (uint64_t) s->ncompleted + s->npending + 1))
+  while (!has_room_for (capacity, entries_with (s, 2)))
     capacity *= 2;
   if (capacity == s->capacity) {
     exception_stripe_unlock (s);
@@ -262,7 +293,7 @@ exception_stripe_grow (struct exception_stripe *s)
 
   exception_stripe_lock (s);
   if (s->capacity >= capacity ||
-      !has_room_for (capacity, (uint64_t) s->ncompleted + s->npending + 1)) {
+      !has_room_for (capacity, entries_with (s, 2))) {
     /* Raced with another grower (or with new pending entries); let the
      * caller re-check and call us again if still needed.
      */
@@ -293,17 +324,15 @@ exception_table_insert (struct exception_table *t,
     return -ERANGE;
   for (;;) {
     exception_stripe_lock (s);
-    if (s->capacity &&
-        has_room_for (s->capacity,
-                      (uint64_t) s->ncompleted + s->npending + 1)) {
+    if (s->capacity && has_room_for (s->capacity, entries_with (s, 1))) {
       /* One probe finds either the chunk or where it goes. */
       struct completed_slot *slot = probe (s->slots, s->capacity,
-                                           old_chunk + 1);
+                                           completed_key (old_chunk));
       r = 0;
       if (slot->key != 0)
         r = -EEXIST;
       else {
-        slot->key = old_chunk + 1;
+        slot->key = completed_key (old_chunk);
         slot->new_chunk = new_chunk;
         s->ncompleted++;
       }
@@ -383,7 +412,7 @@ exception_table_collect (struct exception_table *t,
         overflow = true;
       else
         for (uint32_t j = 0; j < s->capacity; ++j)
-          if (s->slots[j].key)
+          if (s->slots[j].key && !(s->slots[j].key & PENDING_KEY_BIT))
             chunks[n++] = s->slots[j].key - 1;
       exception_stripe_unlock (s);
     }

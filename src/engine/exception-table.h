@@ -22,6 +22,13 @@
  * dropped, and why pending exceptions and tracked reads are owned by the
  * caller (usually on its stack) instead of being allocated here.
  *
+ * Pending exceptions live in the stripe's hash too, under keys of their
+ * own, so that asking whether a chunk is being copied, and retiring a
+ * copy, is one probe however many copies a stripe has in progress
+ * (write-back keeps a whole commit round of them pending: a list walked
+ * per claim and per retire cost a quarter of the CPU of random first
+ * writes).
+ *
  * With a single stripe the table is the pre-2019 dm-snapshot scheme: one
  * mutex over all exception state (locking=global).
  */
@@ -36,7 +43,6 @@
 
 /* A copy-out in progress.  Owned by the thread doing the copy. */
 struct pending_exception {
-  struct pending_exception *next;
   uint64_t old_chunk;
 };
 
@@ -65,10 +71,12 @@ struct exception_stripe {
   struct completed_slot *slots;     /* capacity is a power of two, or 0 */
   uint32_t capacity;
   uint32_t ncompleted;
-  uint16_t npending;                /* each reserves a completed slot */
-  uint16_t nwaiters;                /* threads in exception_stripe_wait */
+  /* Pending exceptions: each has a slot and reserves one more for its
+   * completed exception.
+   */
+  uint32_t npending;
   uint32_t contended;               /* lock acquisitions that had to wait */
-  struct pending_exception *pending;
+  uint16_t nwaiters;                /* threads in exception_stripe_wait */
   struct tracked_read *tracked;
 } SNAPFG_CACHE_ALIGNED;
 
@@ -132,9 +140,9 @@ exception_stripe_remapped (const struct exception_stripe *stripe,
 extern bool exception_stripe_has_tracked_reads (const struct exception_stripe *s,
                                                 uint64_t old_chunk);
 
-/* A → B.  Returns 0, or -EAGAIN if the stripe must grow first so that
- * publishing cannot need an allocation: drop the lock, call
- * exception_stripe_grow, take the lock and re-check.
+/* A → B (the chunk must not be pending).  Returns 0, or -EAGAIN if the
+ * stripe must grow first so that publishing cannot need an allocation:
+ * drop the lock, call exception_stripe_grow, take the lock and re-check.
  */
 extern int exception_stripe_add_pending (struct exception_stripe *s,
                                          struct pending_exception *pe,
@@ -166,7 +174,9 @@ extern void exception_stripe_wait (struct exception_stripe *s);
 
 /* --- Called without the stripe lock. --- */
 
-/* Make room for at least one more exception.  Returns 0 or -ENOMEM. */
+/* Make room for at least one more pending exception (so also for a
+ * completed one).  Returns 0 or -ENOMEM.
+ */
 extern int exception_stripe_grow (struct exception_stripe *s);
 
 /* Insert a completed exception directly (loading a store, tests).
