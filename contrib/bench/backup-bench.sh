@@ -26,6 +26,14 @@
 # SNAPFG_BACKUP_BASELINE: another snapfg-backup build (an older one, to
 # measure a change), timed in the same paired rounds as a fourth column
 # with its ratio new / baseline.
+# WARM_MIB [2048; 0: off]: before each timed copy, that much memory is
+# touched and freed (a file in /dev/shm).  In a VM whose balloon reports
+# free pages to the host, pages left free for a few seconds go back to
+# it, and the next copy's page cache then faults each one in from the
+# host: rounds of 3-5 s instead of 0.7, hitting whichever copy came
+# after a pause (measured: dd of 640 MiB into a new file, 2.7 s after a
+# pause, 0.17 s right after another).  Warming first gives every copy
+# the same start.
 set -euo pipefail
 size=${1:-1G}
 pct=${CHANGED_PERCENT:-5}
@@ -41,6 +49,7 @@ ctl=${SNAPFGCTL:-$top/tools/snapfgctl/snapfgctl}
 [ -x "$PWD/tools/snapfgctl/snapfgctl" ] && [ -z "${SNAPFGCTL:-}" ] && ctl=$PWD/tools/snapfgctl/snapfgctl
 rounds=${ROUNDS:-5}
 data_pct=${DATA_PERCENT:-62}
+warm_mib=${WARM_MIB:-2048}
 tmp=$(mktemp -d ${TMPDIR:-/var/tmp}/backup-bench.XXXXXX)
 pid=
 cleanup() {
@@ -63,9 +72,17 @@ pid=$!
 for _ in $(seq 300); do [ -S "$tmp/ctl" ] && [ -s "$tmp/pid" ] && break; sleep 0.1; done
 uri="nbd+unix:///?socket=$tmp/sock"
 
+# warm: touch and free WARM_MIB of memory (see above).
+warm() {
+    [ "$warm_mib" -gt 0 ] || return 0
+    dd if=/dev/zero of=/dev/shm/snapfg-bench-warm.$$ bs=1M count="$warm_mib" status=none
+    rm -f /dev/shm/snapfg-bench-warm.$$
+}
+
 timed() {   # ARGS... -> seconds on stdout (the build in $run_tool)
     local t0 t1
     sync
+    warm
     t0=$(date +%s.%N)
     "${run_tool:-$tool}" -S "$tmp/ctl" -u "$uri" "$@" >>"$tmp/backup.log" 2>&1 ||
         { cat "$tmp/backup.log" >&2; echo "backup-bench: snapfg-backup $* failed" >&2; exit 1; }
@@ -114,6 +131,7 @@ nbdcopy_round() {   # [--flush]
     "$ctl" -S "$tmp/ctl" create bench-snap >/dev/null
     rm -f "$tmp/copy.raw"
     sync
+    warm
     t0=$(now)
     nbdcopy "$@" "nbd+unix:///bench-snap?socket=$tmp/sock" "$tmp/copy.raw"
     t1=$(now)
