@@ -115,7 +115,6 @@ direct_map_read (int fd, uint64_t size, struct direct_map *m)
   m->tables = tables;
   m->fd = fd;
   pthread_mutex_init (&m->lock, NULL);
-  pthread_mutex_init (&m->write_lock, NULL);
   return 0;
 
  fail:
@@ -179,14 +178,7 @@ direct_pwrite (struct direct_map *m, const char *buf, uint64_t len,
     }
     if (n > len)
       n = len;
-    /* A buffered write holds the file's inode lock for its whole copy,
-     * and a second writer spins on that lock while the first runs
-     * (rwsem_spin_on_owner: 15 % of the tool's CPU in a perf profile,
-     * on 2 CPUs that the server needs too).  Waiting here sleeps.
-     */
-    pthread_mutex_lock (&m->write_lock);
     w = pwrite (m->fd, buf, n, off + m->base[t]);
-    pthread_mutex_unlock (&m->write_lock);
     if (w == -1) {
       if (errno == EINTR)
         continue;
@@ -208,7 +200,6 @@ void
 direct_map_free (struct direct_map *m)
 {
   pthread_mutex_destroy (&m->lock);
-  pthread_mutex_destroy (&m->write_lock);
   free (m->base);
   m->base = NULL;
 }

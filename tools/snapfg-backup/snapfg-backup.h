@@ -235,8 +235,6 @@ struct direct_map {
    */
   pthread_mutex_t lock;
   uint64_t pending, lo, hi;
-  /* One pwrite at a time (see direct_pwrite). */
-  pthread_mutex_t write_lock;
 };
 
 /* 0 with M filled if the image in FD (of SIZE) has every cluster
