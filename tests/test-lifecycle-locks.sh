@@ -81,19 +81,25 @@ stop_nbdkit "$pid"
 if [ "$(id -u)" != 0 ] || ! have setpriv; then
     info "skipped: read-only origin (needs root and setpriv)"
 else
-    asnobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
     chmod 755 "$tmpdir"
     ro="$tmpdir/ro"; mkdir "$ro"; chown 65534:65534 "$ro"
     cp "$A" "$ro/origin.img"; chown 0:0 "$ro/origin.img"; chmod 644 "$ro/origin.img"
+    # setpriv itself in the background (it execs nbdkit, so $! is the
+    # server), registered for stop_nbdkit and the cleanup: through a
+    # shell function $! was a subshell, and killing it left the server
+    # running after the test.
     start_ro() {
-        asnobody nbdkit -f -U "$ro/$1.sock" "$SNAPFG_PLUGIN" origin="$ro/origin.img"             cow="$ro/$1.cow" 2>"$ro/$1.log" &
-        echo $! >"$ro/$1.pid"
+        setpriv --reuid=65534 --regid=65534 --clear-groups \
+            nbdkit -f -U "$ro/$1.sock" "$SNAPFG_PLUGIN" origin="$ro/origin.img" \
+            cow="$ro/$1.cow" 2>"$ro/$1.log" &
+        _nbdkit_pids[$ro/$1]=$!
         wait_until 30 test -S "$ro/$1.sock" || { cat "$ro/$1.log" >&2; fail "read-only server $1 did not start"; }
     }
     start_ro r1
     start_ro r2
     info "ok: two servers share a read-only origin (shared locks)"
     refused "a writable server on an origin read-only servers hold" "$ro/origin.img"         origin="$ro/origin.img" cow="$ro/w.cow"
-    for r in r1 r2; do kill "$(cat "$ro/$r.pid")"; wait "$(cat "$ro/$r.pid")" || true; done
+    stop_nbdkit "$ro/r1"
+    stop_nbdkit "$ro/r2"
 fi
 finish
