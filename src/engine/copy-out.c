@@ -493,8 +493,8 @@ publish_batch (struct snapfg_snapshot *s, struct copy_batch *b)
 
   if (snapfg_debug_cow && copied)
     snapfg_debug ("snapshot %s: %zu chunk%s from %" PRIu64 " -> COW chunks "
-                  "from %" PRIu64 "%s", s->name, b->n,
-                  b->n > 1 ? "s" : "", b->pair[0].old_chunk,
+                  "from %" PRIu64 "%s", s->name, copied,
+                  copied > 1 ? "s" : "", b->pair[0].old_chunk,
                   b->pair[0].new_chunk,
                   b->data ? " (snapshot write)" : b->defer ? " (write-back)"
                   : "");

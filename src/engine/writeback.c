@@ -732,9 +732,11 @@ take_copies (struct writeback *wb)
   return copies;
 }
 
-/* Copy and publish a round's copy-out batches (copy-out.h).  A failure
- * makes that snapshot Invalid (as dm does when a copy fails); the origin
- * writes go ahead.
+/* Copy and publish a round's copy-out batches (copy-out.h).  A failed
+ * COW write makes that snapshot Invalid (as dm does when a copy fails)
+ * and the origin writes go ahead; a failed origin read keeps the
+ * snapshot and drops the held writes over the chunks it could not copy
+ * (writeback_copy_failed).
  */
 static void
 copy_round (struct deferred_copy *copies)
