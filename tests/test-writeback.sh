@@ -68,6 +68,17 @@ fresh() {
     rm -f "$cow" "$ctlsock"
 }
 
+# model_write OFFSET LENGTH BYTE: what a write of BYTE makes of the model.
+model_write() {
+    "$PY" - "$model" "$1" "$2" "$3" <<'EOF'
+import sys
+path, off, n, byte = sys.argv[1], int(sys.argv[2], 0), int(sys.argv[3], 0), int(sys.argv[4], 0)
+m = bytearray(open(path, "rb").read())
+m[off:off + n] = bytes([byte]) * n
+open(path, "wb").write(m)
+EOF
+}
+
 # stat_field KEY: the origin export's KEY in snapfgctl stats --json.
 stat_field() {
     "$SNAPFGCTL" --socket "$ctlsock" stats --json >"$tmpdir/stats.json" ||
@@ -84,12 +95,7 @@ SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
     origin="$origin" cow="$cow" control="$ctlsock" writeback=on
 # Held now, with the committer paused: the stats say so.
 wbio write "$sock" 0x100000 4096 0x5a || check_fail "a first write failed"
-"$PY" - "$model" <<'EOF'
-import sys
-m = bytearray(open(sys.argv[1], "rb").read())
-m[0x100000:0x100000 + 4096] = b"\x5a" * 4096
-open(sys.argv[1], "wb").write(m)
-EOF
+model_write 0x100000 4096 0x5a
 held=$(stat_field writeback_held_bytes)
 [ "$held" -gt 4096 ] && info "ok: stats: $held bytes held" ||
     check_fail "stats: writeback_held_bytes is $held with a write held"
@@ -225,12 +231,7 @@ grep -q "write of 8192 bytes at 2097152 was acknowledged but is not applied" \
 errs=$(stat_field writeback_origin_errors)
 [ "$errs" -ge 1 ] && info "ok: stats: $errs origin error(s)" ||
     check_fail "stats: writeback_origin_errors is $errs"
-"$PY" - "$model" <<'EOF'
-import sys
-m = bytearray(open(sys.argv[1], "rb").read())
-m[0x200000:0x200000 + 8192] = b"\x77" * 8192
-open(sys.argv[1], "wb").write(m)
-EOF
+model_write 0x200000 8192 0x77
 export_equals "$(uri "$sock" snapshot)" "$pristine" "origin read failed: snapshot still valid and pristine"
 export_equals "$(uri "$sock" origin)" "$model" "origin read failed: origin holds only the write made again"
 stop_nbdkit "$pid"
@@ -258,12 +259,7 @@ snapshot_copied() {
 }
 wait_until 30 snapshot_copied ||
     check_fail "the paused committer did not copy the chunk out"
-"$PY" - "$model" <<'EOF'
-import sys
-m = bytearray(open(sys.argv[1], "rb").read())
-m[0x300000:0x300000 + 4096] = b"\x66" * 4096
-open(sys.argv[1], "wb").write(m)
-EOF
+model_write 0x300000 4096 0x66
 touch "$trigger"
 rm -f "$pause"
 "$PY" -m nbd -u "$(uri "$sock" origin)" -c 'h.flush()' ||

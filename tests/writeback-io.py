@@ -203,16 +203,22 @@ def flush_errno(h):
         return e.errno
 
 
+def check_next_flushes_fail(conns):
+    """Each (name, handle)'s next flush fails with EIO; the first's next
+    one after that succeeds."""
+    for name, h in conns:
+        e = flush_errno(h)
+        check("the next flush on %s fails with EIO (got %s)" % (name, e),
+              e in (errno.EIO, "EIO"))
+    check("the flush after that on %s succeeds" % conns[0][0],
+          flush_errno(conns[0][1]) == 0)
+
+
 def cmd_flush_fails(sock, pause):
     a = connect_unix(sock, "origin")
     b = connect_unix(sock, "snapshot")
     os.unlink(pause)              # the committer goes on, and fails
-    ea, eb = flush_errno(a), flush_errno(b)
-    check("the next flush on connection a fails with EIO (got %s)" % ea,
-          ea in (errno.EIO, "EIO"))
-    check("the next flush on connection b fails with EIO (got %s)" % eb,
-          eb in (errno.EIO, "EIO"))
-    check("the flush after that on a succeeds", flush_errno(a) == 0)
+    check_next_flushes_fail([("connection a", a), ("connection b", b)])
     c = connect_unix(sock, "origin")
     check("a connection opened later flushes fine", flush_errno(c) == 0)
     for h in (a, b, c):
@@ -233,12 +239,7 @@ def cmd_copy_read_fails(sock, pristine, pause, trigger):
               e.errno in (errno.EIO, "EIO"))
     os.unlink(trigger)
     os.unlink(pause)
-    ea, eb = flush_errno(a), flush_errno(b)
-    check("the next flush on the origin fails with EIO (got %s)" % ea,
-          ea in (errno.EIO, "EIO"))
-    check("the next flush on the snapshot fails with EIO (got %s)" % eb,
-          eb in (errno.EIO, "EIO"))
-    check("the flush after that succeeds", flush_errno(a) == 0)
+    check_next_flushes_fail([("the origin", a), ("the snapshot", b)])
     want = read_file(pristine, 0x1ff000, 3 * 4096)
     check("the origin reads the old data where A and B failed",
           a.pread(3 * 4096, 0x1ff000) == want)

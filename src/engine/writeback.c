@@ -73,7 +73,6 @@ struct held_write {
    */
   atomic_int ack;
   bool cancelled;                 /* not done: never applied */
-  bool lost;                      /* ... although acknowledged */
   unsigned char data[];           /* ORIGIN_WRITE: the new data */
 };
 
@@ -348,10 +347,18 @@ held_new (struct held_write *reuse, int op, const void *buf, uint32_t count,
   atomic_init (&h->ready, false);
   atomic_init (&h->ack, 0);
   h->cancelled = false;
-  h->lost = false;
   if (data)
     memcpy (h->data, buf, data);
   return h;
+}
+
+/* Cancelled although acknowledged: only writeback_copy_failed does that
+ * (a writer cancels its own write only when it fails the request).
+ */
+static bool
+held_lost (struct held_write *h)
+{
+  return h->cancelled && atomic_load (&h->ack) == 1;
 }
 
 /* Under the lock: append h to the queue. */
@@ -525,7 +532,6 @@ writeback_copy_failed (struct snapfg_engine *e, struct held_write *h,
    */
   pthread_mutex_lock (&wb->lock);
   h->cancelled = true;
-  h->lost = true;
   pthread_mutex_unlock (&wb->lock);
 }
 
@@ -884,7 +890,7 @@ committer (void *arg)
       continue;
     }
     for (h = first; ; h = h->next) {
-      if (h->lost) {
+      if (held_lost (h)) {
         snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
                       " was acknowledged but is not applied: reading the "
                       "old data for a snapshot failed; the next flush "
