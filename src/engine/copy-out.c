@@ -279,7 +279,11 @@ struct deferred_copy {
   struct deferred_copy *next;
   struct snapfg_snapshot *s;
   struct held_write *owner;
-  bool grouped;                 /* deferred_copy_write's and _commit's */
+  /* How far the round has got with it: grouping a round's batches by
+   * snapshot needs no reset walk (deferred_copy_write sets 1, then
+   * deferred_copy_commit 2).
+   */
+  unsigned char stage;
   int read_error;               /* an origin read failed: its error */
   struct copy_batch b;
 };
@@ -328,6 +332,7 @@ deferred_copy_new (struct snapfg_snapshot *s, struct held_write *owner,
   dc->s = s;
   dc->owner = owner;
   dc->read_error = 0;
+  dc->stage = 0;
   dc->b.n = 0;
   dc->b.cap = cap;
   dc->b.data = NULL;
@@ -650,6 +655,7 @@ struct gather {
     struct deferred_copy *dc;
   } slot[GATHER_MAX_CHUNKS];
   int r;                        /* the first COW write failure */
+  bool read_errors;             /* a chunk could not be read (slot dc) */
 };
 
 /* Read origin chunks [chunk, chunk+n) into buf; past the origin's end
@@ -701,6 +707,7 @@ gather_copy_each (struct gather *g, uint64_t n, bool *cow_failed)
       return r;
     if (r < 0) {
       g->slot[i].pair->new_chunk = CHUNK_NOT_COPIED;
+      g->read_errors = true;
       if (g->slot[i].dc->read_error == 0)
         g->slot[i].dc->read_error = r;
     }
@@ -765,25 +772,37 @@ gather_add (struct gather *g, struct deferred_copy *dc, struct store_pair *p)
   g->n++;
 }
 
+/* Grouping a round's batches by snapshot, one walk for each: is d a
+ * batch of s?  Then it is marked as past stage.  If not, and it is the
+ * first batch of a snapshot not walked for yet, its snapshot is the next
+ * one (*next_s, NULL before the walk).  A round's batches are thousands,
+ * and almost always all of one snapshot: then one walk does it.
+ */
+static bool
+batch_of (struct deferred_copy *d, struct snapfg_snapshot *s,
+          unsigned char stage, struct snapfg_snapshot **next_s)
+{
+  if (d->s != s) {
+    if (*next_s == NULL && d->stage < stage)
+      *next_s = d->s;
+    return false;
+  }
+  d->stage = stage;
+  return true;
+}
+
 void
 deferred_copy_write (struct deferred_copy *list)
 {
   struct gather *g = malloc (sizeof *g);
   char *buf = malloc (GATHER_BYTES);
+  struct snapfg_snapshot *s, *next_s;
 
-  for (struct deferred_copy *dc = list; dc; dc = dc->next)
-    dc->grouped = false;
-  for (struct deferred_copy *dc = list; dc; dc = dc->next) {
-    struct snapfg_snapshot *s = dc->s;
+  for (s = list ? list->s : NULL; s; s = next_s) {
+    struct snapfg_engine *e = s->engine;
+    bool valid = snapshot_is_valid (s);
     struct gather local;
 
-    if (dc->grouped)
-      continue;
-    for (struct deferred_copy *d = dc; d; d = d->next)
-      if (d->s == s)
-        d->grouped = true;
-    if (!snapshot_is_valid (s))
-      continue;
     if (g == NULL) {
       /* No memory for the run's bookkeeping: chunk by chunk. */
       g = &local;
@@ -795,26 +814,32 @@ deferred_copy_write (struct deferred_copy *list)
     g->buf = g == &local ? NULL : buf;
     g->n = 0;
     g->r = 0;
-    for (struct deferred_copy *d = dc; d && g->r == 0; d = d->next)
-      if (d->s == s)
+    g->read_errors = false;
+    next_s = NULL;
+    for (struct deferred_copy *d = list; d; d = d->next)
+      if (batch_of (d, s, 1, &next_s) && valid && g->r == 0)
         for (size_t i = 0; i < d->b.n; ++i)
           gather_add (g, d, &d->b.pair[i]);
-    gather_flush (g);
-    if (g->r < 0)
+    if (valid)
+      gather_flush (g);
+    if (valid && g->r < 0)
       /* The snapshot cannot keep the old data: Invalid (the origin
        * writes go ahead, acknowledged already).
        */
       cow_write_failure (s, g->r, true);
-    else
-      for (struct deferred_copy *d = dc; d; d = d->next)
-        if (d->s == s) {
-          engine_fault_point (s->engine, FAULT_AFTER_COW_DATA);
-          /* Unless the snapshot became Invalid meanwhile (then the
-           * write may go ahead: nothing is left to protect).
-           */
-          if (d->read_error && snapshot_is_valid (s))
-            writeback_copy_failed (s->engine, d->owner, d->read_error);
-        }
+    else if (valid) {
+      /* (A walk only for a failed read or the test hook.) */
+      if (g->read_errors || engine_fault_armed (e, FAULT_AFTER_COW_DATA))
+        for (struct deferred_copy *d = list; d; d = d->next)
+          if (d->s == s) {
+            engine_fault_point (e, FAULT_AFTER_COW_DATA);
+            /* Unless the snapshot became Invalid meanwhile (then the
+             * write may go ahead: nothing is left to protect).
+             */
+            if (d->read_error && snapshot_is_valid (s))
+              writeback_copy_failed (e, d->owner, d->read_error);
+          }
+    }
     if (g == &local)
       g = NULL;
   }
@@ -827,24 +852,19 @@ deferred_copy_commit (struct deferred_copy *list)
 {
   store_pair_vector pairs = { 0 };
   size_t committed = 0;
+  struct snapfg_snapshot *s, *next_s;
 
-  for (struct deferred_copy *dc = list; dc; dc = dc->next)
-    dc->grouped = false;
-  for (struct deferred_copy *dc = list; dc; dc = dc->next) {
-    struct snapfg_snapshot *s = dc->s;
+  for (s = list ? list->s : NULL; s; s = next_s) {
     bool whole = true;
     int r;
 
-    if (dc->grouped)
-      continue;
     store_pair_vector_clear (&pairs);
-    for (struct deferred_copy *d = dc; d; d = d->next)
-      if (d->s == s) {
-        d->grouped = true;
+    next_s = NULL;
+    for (struct deferred_copy *d = list; d; d = d->next)
+      if (batch_of (d, s, 2, &next_s))
         for (size_t i = 0; i < d->b.n && whole; ++i)
           if (d->b.pair[i].new_chunk != CHUNK_NOT_COPIED)
             whole = store_pair_vector_append (&pairs, d->b.pair[i]) == 0;
-      }
     if (!snapshot_is_valid (s))
       continue;
     /* Out of memory for the list: the snapshot cannot be kept (its
@@ -863,8 +883,9 @@ deferred_copy_commit (struct deferred_copy *list)
    * writeback=off: the round's are all durable here, and none of its
    * held writes has reached the origin.
    */
-  for (struct deferred_copy *dc = list; dc; dc = dc->next)
-    engine_fault_point (dc->s->engine, FAULT_AFTER_METADATA);
+  if (list && engine_fault_armed (list->s->engine, FAULT_AFTER_METADATA))
+    for (struct deferred_copy *dc = list; dc; dc = dc->next)
+      engine_fault_point (dc->s->engine, FAULT_AFTER_METADATA);
   return committed;
 }
 

@@ -110,6 +110,12 @@ engine_fault_point (struct snapfg_engine *e, enum fault_point where)
 }
 
 bool
+engine_fault_armed (const struct snapfg_engine *e, enum fault_point where)
+{
+  return e->test.fault_at == where;
+}
+
+bool
 engine_fail_point (struct snapfg_engine *e, enum fail_point where)
 {
   if (e->test.fail_at != where)

@@ -52,6 +52,12 @@ extern void engine_parse_fail_point (struct snapfg_engine *e,
 extern void engine_fault_point (struct snapfg_engine *e,
                                 enum fault_point where);
 
+/* Is the test hook set to die at 'where'?  (So that a walk made only
+ * for its fault points can be skipped.)
+ */
+extern bool engine_fault_armed (const struct snapfg_engine *e,
+                                enum fault_point where);
+
 /* Should the allocation at 'where' fail, as the test hook asks? */
 extern bool engine_fail_point (struct snapfg_engine *e, enum fail_point where);
 
