@@ -13,6 +13,9 @@
 #     when it returns; after a flush the file holds every write.  A FUA
 #     write over a held one.  Stats show what is held.  A restart finds
 #     the snapshot pristine and the origin as written.
+#  1b. Reads of held writes of every size (the read index): writes and
+#     zeroes from 512 bytes to over 4 MiB, overlapping, on two
+#     connections, each followed by a read that must match the model.
 #  2. Backpressure: writeback-max=64K and the committer paused: a writer
 #     waits for room (stats), never fails; held bytes stay within the
 #     limit; once the committer goes on every write lands.
@@ -131,6 +134,17 @@ files_equal "$origin" "$model" "origin file after the stop"
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
 export_equals "$(uri "$sock" snapshot)" "$pristine" "restarted: snapshot == pristine"
 stop_nbdkit "$pid"
+
+# ---- 1b. reads of held writes of every size ----------------------------
+info "=== 1b. reads of held writes of every size"
+fresh
+touch "$pause"
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" start_snapfg "$sock" "$pid" \
+    origin="$origin" cow="$cow" writeback=on
+wbio held-reads "$sock" "$origin" "$pristine" "$model" "$pause" "$seed" || true
+export_equals "$(uri "$sock" snapshot)" "$pristine" "held reads: snapshot == pristine"
+stop_nbdkit "$pid"
+files_equal "$origin" "$model" "held reads: origin file after the stop"
 
 # ---- 2. backpressure --------------------------------------------------
 info "=== 2. backpressure: writeback-max=64K, the committer paused"

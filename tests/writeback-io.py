@@ -16,6 +16,14 @@ itself (read directly, byte for byte), prints "ok ..." lines and exits
       yet.  A FUA write to a new chunk is in the file when it returns.
       Then PAUSE is removed and a flush on one connection puts every
       write in the file.  MODEL gets what the origin must hold.
+  held-reads SOCK ORIGIN PRISTINE MODEL PAUSE SEED
+      The committer is paused.  Writes and zeroes of many sizes, from
+      512 bytes to over 4 MiB (more than the read index's 64 KiB
+      granules allow a write to be linked in: those are "wide"), at
+      512-byte offsets, overlapping each other, from two connections;
+      after each, a read around it on either connection matches the
+      model, as does the whole disk at the end, and the origin file is
+      still pristine.  After a flush the file holds every write.
   fua-after-held SOCK ORIGIN MODEL
       A write, then a FUA write over part of it: the file has both, in
       order, when the FUA write returns.
@@ -46,6 +54,7 @@ itself (read directly, byte for byte), prints "ok ..." lines and exits
 
 import errno
 import os
+import random
 import sys
 
 import nbd
@@ -144,6 +153,48 @@ def cmd_held(sock, origin, pristine, model_path, pause):
     check("after the flush the snapshot is still pristine",
           s.pread(len(orig), 0) == bytes(orig))
     for h in (a, b, s):
+        close(h)
+    save(model_path, model)
+
+
+def cmd_held_reads(sock, origin, pristine, model_path, pause, seed):
+    rnd = random.Random(int(seed))
+    model = load(model_path)
+    orig = load(pristine)
+    size = len(model)
+    conns = (connect_unix(sock, "origin"), connect_unix(sock, ""))
+    K = 1024
+    M = K * K
+    write_sizes = (512, 4 * K, 4 * K + 512, 64 * K, 64 * K + 512, 192 * K,
+                   M, M + 4 * K, 4 * M + 512)
+    read_sizes = (512, 4 * K, 64 * K, 128 * K + 512, M, 3 * M)
+    stale = []
+    for i in range(150):
+        n = rnd.choice(write_sizes)
+        off = rnd.randrange(0, (size - n) // 512 + 1) * 512
+        h = rnd.choice(conns)
+        if rnd.random() < 0.15:
+            h.zero(n, off)
+            model[off:off + n] = bytes(n)
+        else:
+            data = rnd.randbytes(n)
+            h.pwrite(data, off)
+            model[off:off + n] = data
+        rn = rnd.choice(read_sizes)
+        roff = min(max(0, off + rnd.randrange(-rn, n) // 512 * 512), size - rn)
+        if rnd.choice(conns).pread(rn, roff) != bytes(model[roff:roff + rn]):
+            stale.append((i, roff, rn))
+    check("150 reads around held writes of 512 bytes to 4 MiB match the "
+          "model%s" % (": stale at " + repr(stale[:5]) if stale else ""),
+          not stale)
+    check("the whole origin export matches the model",
+          conns[1].pread(size, 0) == bytes(model))
+    check("none of it is on the origin file yet", load(origin) == orig)
+    os.unlink(pause)
+    conns[0].flush()
+    check("after a flush the origin file holds every write",
+          load(origin) == model)
+    for h in conns:
         close(h)
     save(model_path, model)
 
@@ -265,6 +316,8 @@ def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "held":
         cmd_held(*args)
+    elif cmd == "held-reads":
+        cmd_held_reads(*args)
     elif cmd == "fua-after-held":
         cmd_fua_after_held(*args)
     elif cmd == "backpressure":

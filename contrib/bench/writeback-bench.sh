@@ -28,6 +28,10 @@
 #                stopped after RUNTIME seconds
 #   flush32      as rand4k with a flush after every 32 writes of a job
 #                (fio --fsync=32): flush latency p50/p99
+#   randrw       4 KiB random reads and first writes, half each, for
+#                RUNTIME seconds (reads of held data: read-your-writes);
+#                IOPS are reads and writes together, the latency p50/p99
+#                the reads'.  Not in the default CELLS.
 # (transient runs seq1m only, the issue's target for it.)
 #
 # Also the peak RSS of each snapfg server (VmHWM at the end of its cell).
@@ -120,6 +124,10 @@ for round in $(seq "$ROUNDS"); do
                 part=$(( size_bytes / nj / 65536 * 65536 ))
                 opts=(--rw=randwrite --bs=4k --iodepth="$IODEPTH"
                       --norandommap=0 --randrepeat=0) ;;
+            randrw)
+                part=$(( size_bytes / nj / 65536 * 65536 ))
+                opts=(--rw=randrw --bs=4k --iodepth="$IODEPTH"
+                      --randrepeat=0 --time_based) ;;
             seq1m)
                 part=$(( size_bytes / nj / 1048576 * 1048576 ))
                 opts=(--rw=write --bs=1M --iodepth="$SEQ_IODEPTH") ;;
@@ -145,6 +153,9 @@ if workload == "seq1m":
     iops = w["bw_bytes"] / 1048576.0
 p50 = p99 = 0.0
 s = j.get("sync", {}).get("lat_ns", {})
+if workload == "randrw":
+    iops += j["read"]["iops"]
+    s = j["read"].get("clat_ns", {})
 pct = s.get("percentile") or {}
 if pct:
     p50 = pct.get("50.000000", 0) / 1000.0
@@ -175,7 +186,7 @@ def med(xs):
 njs = sorted({k[2] for k in v}, key=int)
 print("| workload | system | conns | median IOPS (MiB/s for seq1m) | median ratio to bare | per-round ratios |")
 print("|---|---|---|---|---|---|")
-for wl in ("rand4k", "seq1m", "flush32"):
+for wl in ("rand4k", "seq1m", "flush32", "randrw"):
     for system in ("bare", "wb-on", "wb-base", "wb-off", "transient"):
         for nj in njs:
             xs = [x[0] for (w, s, n, r), x in v.items() if (w, s, n) == (wl, system, nj)]
@@ -201,13 +212,29 @@ for system in ("bare", "wb-on", "wb-base", "wb-off"):
         b99 = med([x[2] for x in bs])
         print("| %s | %s | %.0f | %.0f | %s |" % (system, nj, med([x[1] for x in xs]), p99,
               "%.2f" % (p99 / b99) if b99 else "-"))
+if any(k[0] == "randrw" for k in v):
+    print()
+    print("Read latency (randrw), medians over the rounds:")
+    print()
+    print("| system | conns | read p50 us | read p99 us | p99 / bare p99 |")
+    print("|---|---|---|---|---|")
+    for system in ("bare", "wb-on", "wb-base", "wb-off"):
+        for nj in njs:
+            xs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("randrw", system, nj)]
+            bs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("randrw", "bare", nj)]
+            if not xs:
+                continue
+            p99 = med([x[2] for x in xs])
+            b99 = med([x[2] for x in bs])
+            print("| %s | %s | %.0f | %.0f | %s |" % (system, nj, med([x[1] for x in xs]), p99,
+                  "%.2f" % (p99 / b99) if b99 else "-"))
 print()
 print("Peak RSS of the server (VmHWM, MiB), largest over every cell:")
 print()
 print("| system | workload | peak RSS MiB |")
 print("|---|---|---|")
 for system in ("bare", "wb-on", "wb-base", "wb-off", "transient"):
-    for wl in ("rand4k", "seq1m", "flush32"):
+    for wl in ("rand4k", "seq1m", "flush32", "randrw"):
         xs = [x[3] for (w, s, n, r), x in v.items() if (w, s) == (wl, system)]
         if xs:
             print("| %s | %s | %.0f |" % (system, wl, max(xs) / 1024.0))

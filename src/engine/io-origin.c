@@ -37,7 +37,12 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
    * applies meanwhile is then either in what the origin returns or laid
    * over it (read-your-writes on every connection).
    */
-  writeback_read_begin (e, count, offset, &held);
+  r = writeback_read_begin (e, count, offset, &held);
+  if (r < 0) {
+    snapfg_error ("origin=%s: read at %" PRIu64 " failed: no memory for "
+                  "the list of held writes over it", e->origin.path, offset);
+    goto out;
+  }
   r = e->merging
     ? merge_origin_io (e, ORIGIN_READ, buf, count, offset, 0)
     : device_pread (&e->origin, buf, count, offset);
@@ -46,6 +51,7 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
   if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
     snapfg_error ("origin=%s: read at %" PRIu64 " failed: %s",
                   e->origin.path, offset, strerror (-r));
+ out:
   percpu_rwlock_read_unlock (&e->geometry, token);
   stats_request (&e->stats, start, STAT_BYTES_READ, count, r);
   return r;

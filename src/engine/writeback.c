@@ -9,11 +9,18 @@
  *
  * Which origin ranges are held is kept in a small counting hash of 1 MiB
  * granules (the largest chunk size): a write or read that finds none of
- * its granules counted needs no look at the FIFO.  A false positive only
+ * its granules counted needs no further look.  A false positive only
  * costs a look (a read) or holds a write that could have gone straight
  * to the origin; it is never wrong.  The granule is the largest chunk so
  * that a later write to another part of a chunk whose exception is not
  * durable yet always finds the held write that copied the chunk out.
+ *
+ * A read that may overlap held writes finds them in the read index:
+ * lists of the held writes over each 64 KiB granule (a write's links
+ * live in its own allocation), and one list of the few that span more
+ * granules than that.  Walking the whole FIFO instead cost every such
+ * read the length of the queue, under the lock the writers take: with
+ * a gigabyte of 4 KiB writes held, 262,144 entries per read.
  *
  * Lock order: geometry (read side) → writeback lock → a store's commit
  * lock (the committer commits with no other lock held); a stripe lock is
@@ -38,6 +45,22 @@
 
 #define GRANULE_SHIFT 20          /* SNAPFG_MAX_CHUNK_SIZE */
 #define INDEX_BITS 16
+#define READ_GRANULE_SHIFT 16     /* the read index's granule: 64 KiB */
+#define READ_LINKS_MAX 18         /* more granules: the list of wide ones */
+#define WIDE UINT64_MAX           /* a link's granule in that list */
+
+struct held_write;
+
+/* A held write in one list of the read index. */
+struct held_link {
+  struct held_link *next;
+  struct held_write *h;
+  uint64_t granule;               /* or WIDE */
+};
+
+struct held_list {
+  struct held_link *head, **tailp;
+};
 
 /* Group commit.  A round costs two syncs of every COW store it touches
  * whatever its size, and the writes arriving while one round syncs make
@@ -73,6 +96,8 @@ struct held_write {
    */
   atomic_int ack;
   bool cancelled;                 /* not done: never applied */
+  unsigned nlinks;                /* in the read index */
+  struct held_link *links;        /* after the data */
   unsigned char data[];           /* ORIGIN_WRITE: the new data */
 };
 
@@ -105,6 +130,8 @@ struct writeback {
   struct deferred_copy *copied;
   bool urged;                     /* a writer waits for a batch's chunk */
   uint32_t index[1u << INDEX_BITS];
+  struct held_list read_index[1u << INDEX_BITS];
+  struct held_list wide;          /* over more than READ_LINKS_MAX */
   atomic_uint_least64_t nheld;    /* lock-free "anything held?" */
 
   pthread_t thread;
@@ -158,6 +185,76 @@ ranges_overlap (uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
   return a < b + blen && b < a + alen;
 }
 
+/* Links a held write of count bytes may need, wherever it starts: one
+ * per read granule it can touch, or one in the list of wide writes.
+ */
+static unsigned
+links_needed (uint32_t count)
+{
+  uint64_t n = ((uint64_t) (count ? count - 1 : 0) >> READ_GRANULE_SHIFT) + 2;
+
+  return n > READ_LINKS_MAX ? 1 : n;
+}
+
+static void
+list_append (struct held_list *l, struct held_link *k)
+{
+  k->next = NULL;
+  *l->tailp = k;
+  l->tailp = &k->next;
+}
+
+/* Remove k: at the head, since writes leave in the order they came (a
+ * walk only if that ever changes).
+ */
+static void
+list_remove (struct held_list *l, struct held_link *k)
+{
+  struct held_link **p = &l->head;
+
+  while (*p != k)
+    p = &(*p)->next;
+  *p = k->next;
+  if (*p == NULL)
+    l->tailp = p;
+}
+
+static struct held_list *
+list_of (struct writeback *wb, uint64_t granule)
+{
+  return granule == WIDE ? &wb->wide : &wb->read_index[index_slot (granule)];
+}
+
+/* Under the lock: add h to the read index (enqueue) or remove it. */
+static void
+read_index_add (struct writeback *wb, struct held_write *h)
+{
+  uint64_t first = h->offset >> READ_GRANULE_SHIFT;
+  uint64_t last = (h->offset + h->count - 1) >> READ_GRANULE_SHIFT;
+
+  if (last - first + 1 > links_needed (h->count) ||
+      last - first + 1 > READ_LINKS_MAX) {
+    h->nlinks = 1;
+    h->links[0].granule = WIDE;
+  }
+  else {
+    h->nlinks = last - first + 1;
+    for (unsigned i = 0; i < h->nlinks; ++i)
+      h->links[i].granule = first + i;
+  }
+  for (unsigned i = 0; i < h->nlinks; ++i) {
+    h->links[i].h = h;
+    list_append (list_of (wb, h->links[i].granule), &h->links[i]);
+  }
+}
+
+static void
+read_index_remove (struct writeback *wb, struct held_write *h)
+{
+  for (unsigned i = 0; i < h->nlinks; ++i)
+    list_remove (list_of (wb, h->links[i].granule), &h->links[i]);
+}
+
 /* Large held writes get pages of their own (mmap), so that writeback-max
  * bounds them exactly: from the heap, glibc keeps freed megabytes (its
  * mmap threshold grows after the first free), and the peak RSS would
@@ -181,10 +278,19 @@ mapping_length (size_t len)
   return (len + 4095) & ~(uint64_t) 4095;       /* whole pages */
 }
 
-static struct held_write *
-held_alloc (size_t data)
+/* The bytes of a held write: the header, the data, then the links. */
+static size_t
+held_length (int op, uint32_t count)
 {
-  size_t len = sizeof (struct held_write) + data;
+  size_t data = op == ORIGIN_WRITE ? count : 0;
+
+  return sizeof (struct held_write) + ((data + 7) & ~(size_t) 7) +
+    links_needed (count) * sizeof (struct held_link);
+}
+
+static struct held_write *
+held_alloc (size_t len)
+{
   struct held_write *h;
 
   if (len < HELD_MMAP_MIN) {
@@ -272,7 +378,7 @@ uint64_t
 writeback_cost (int op, uint32_t count)
 {
   /* The allocation's overhead counts too: writeback-max bounds memory. */
-  uint64_t len = sizeof (struct held_write) + (op == ORIGIN_WRITE ? count : 0);
+  uint64_t len = held_length (op, count);
 
   if (len >= HELD_MMAP_MIN)
     return mapping_length (len);
@@ -333,11 +439,13 @@ held_new (struct held_write *reuse, int op, const void *buf, uint32_t count,
           uint64_t offset, unsigned flags)
 {
   size_t data = op == ORIGIN_WRITE ? count : 0;
-  struct held_write *h = reuse ? reuse : held_alloc (data);
+  struct held_write *h = reuse ? reuse : held_alloc (held_length (op, count));
 
   if (h == NULL)
     return NULL;
   h->next = NULL;
+  h->nlinks = 0;
+  h->links = (struct held_link *) (h->data + ((data + 7) & ~(size_t) 7));
   h->op = op;
   h->flags = flags & SNAPFG_REQ_MAY_TRIM;
   h->offset = offset;
@@ -369,6 +477,7 @@ enqueue (struct writeback *wb, struct held_write *h)
   *wb->tailp = h;
   wb->tailp = &h->next;
   index_update (wb, h->offset, h->count, 1);
+  read_index_add (wb, h);
   wb->held_bytes += h->cost;
   wb->held_writes++;
   atomic_fetch_add (&wb->nheld, 1);
@@ -662,7 +771,62 @@ writeback_drain (struct snapfg_engine *e)
   writeback_wait_all (e);
 }
 
-void
+/* Under the lock: take h into the view if a read must lay it over. */
+static void
+view_add (struct held_view *v, struct held_write *h, uint32_t count,
+          uint64_t offset)
+{
+  if (v->failed || !atomic_load (&h->ready) || h->cancelled ||
+      !ranges_overlap (h->offset, h->count, offset, count))
+    return;
+  if (v->n == v->cap) {
+    size_t cap = v->cap * 2;
+    struct held_write **w = malloc (cap * sizeof *w);
+
+    if (w == NULL) {
+      v->failed = true;
+      return;
+    }
+    memcpy (w, v->w, v->n * sizeof *w);
+    if (v->w != v->inline_w)
+      free (v->w);
+    v->w = w;
+    v->cap = cap;
+  }
+  atomic_fetch_add (&h->refs, 1);
+  v->w[v->n++] = h;
+}
+
+static int
+compare_seq (const void *a, const void *b)
+{
+  const struct held_write *x = *(struct held_write *const *) a;
+  const struct held_write *y = *(struct held_write *const *) b;
+
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* In queue order, as writeback_read_end lays them over (the lists give
+ * each granule's in order, the granules one after another).
+ */
+static void
+view_sort (struct held_view *v)
+{
+  if (v->n > 16) {
+    qsort (v->w, v->n, sizeof *v->w, compare_seq);
+    return;
+  }
+  for (size_t i = 1; i < v->n; ++i) {
+    struct held_write *h = v->w[i];
+    size_t j = i;
+
+    for (; j > 0 && v->w[j - 1]->seq > h->seq; --j)
+      v->w[j] = v->w[j - 1];
+    v->w[j] = h;
+  }
+}
+
+int
 writeback_read_begin (struct snapfg_engine *e, uint32_t count,
                       uint64_t offset, struct held_view *v)
 {
@@ -671,30 +835,35 @@ writeback_read_begin (struct snapfg_engine *e, uint32_t count,
   v->n = 0;
   v->w = v->inline_w;
   v->cap = sizeof v->inline_w / sizeof v->inline_w[0];
+  v->failed = false;
   if (wb == NULL || atomic_load (&wb->nheld) == 0)
-    return;
+    return 0;
   pthread_mutex_lock (&wb->lock);
-  if (index_overlaps (wb, offset, count))
-    for (struct held_write *h = wb->head; h; h = h->next) {
-      if (!atomic_load (&h->ready) || h->cancelled ||
-          !ranges_overlap (h->offset, h->count, offset, count))
-        continue;
-      if (v->n == v->cap) {
-        size_t cap = v->cap * 2;
-        struct held_write **w = malloc (cap * sizeof *w);
+  if (index_overlaps (wb, offset, count)) {
+    uint64_t first = offset >> READ_GRANULE_SHIFT;
+    uint64_t last = (offset + count - 1) >> READ_GRANULE_SHIFT;
 
-        if (w == NULL)
-          break;      /* below: the read fails rather than be stale */
-        memcpy (w, v->w, v->n * sizeof *w);
-        if (v->w != v->inline_w)
-          free (v->w);
-        v->w = w;
-        v->cap = cap;
+    for (uint64_t g = first; g <= last; ++g)
+      for (struct held_link *k = list_of (wb, g)->head; k; k = k->next) {
+        uint64_t h_first = k->h->offset >> READ_GRANULE_SHIFT;
+
+        /* Each write once: from the first granule it shares with the
+         * read.
+         */
+        if (k->granule == g && g == (first > h_first ? first : h_first))
+          view_add (v, k->h, count, offset);
       }
-      atomic_fetch_add (&h->refs, 1);
-      v->w[v->n++] = h;
-    }
+    for (struct held_link *k = wb->wide.head; k; k = k->next)
+      view_add (v, k->h, count, offset);
+    view_sort (v);
+  }
   pthread_mutex_unlock (&wb->lock);
+  if (v->failed) {
+    /* Without every held write it overlaps, the read would be stale. */
+    writeback_read_end (e, v, NULL, count, offset, false);
+    return -ENOMEM;
+  }
+  return 0;
 }
 
 void
@@ -919,6 +1088,7 @@ committer (void *arg)
     freed = 0;
     for (h = first; ; h = h->next) {
       index_update (wb, h->offset, h->count, -1);
+      read_index_remove (wb, h);
       freed += h->cost;
       wb->held_writes--;
       atomic_fetch_sub (&wb->nheld, 1);
@@ -990,6 +1160,9 @@ writeback_open (struct snapfg_engine *e, bool on, uint64_t max)
   pthread_cond_init (&wb->room, NULL);
   pthread_cond_init (&wb->applied, NULL);
   wb->tailp = &wb->head;
+  for (size_t i = 0; i < sizeof wb->read_index / sizeof wb->read_index[0]; ++i)
+    wb->read_index[i].tailp = &wb->read_index[i].head;
+  wb->wide.tailp = &wb->wide.head;
   env = getenv ("SNAPFG_TEST_WRITEBACK_PAUSE");
   if (env && *env && (wb->pause_path = strdup (env)) == NULL) {
     free (wb);

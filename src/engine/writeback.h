@@ -104,13 +104,15 @@ extern void writeback_drain (struct snapfg_engine *e);
 
 /* Origin reads: the held writes overlapping [offset, offset+count),
  * taken before the origin is read and laid over what it returned after.
+ * writeback_read_begin returns 0, or -ENOMEM (no view: fail the read).
  */
 struct held_view {
   struct held_write **w;
   size_t n, cap;
+  bool failed;
   struct held_write *inline_w[8];
 };
-extern void writeback_read_begin (struct snapfg_engine *e, uint32_t count,
+extern int writeback_read_begin (struct snapfg_engine *e, uint32_t count,
                                   uint64_t offset, struct held_view *v);
 extern void writeback_read_end (struct snapfg_engine *e,
                                 struct held_view *v, void *buf,
