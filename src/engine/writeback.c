@@ -97,8 +97,13 @@ struct held_write {
   atomic_int ack;
   bool cancelled;                 /* not done: never applied */
   unsigned nlinks;                /* in the read index */
-  struct held_link *links;        /* after the data */
-  unsigned char data[];           /* ORIGIN_WRITE: the new data */
+  /* In mem: the links first, next to the header, since the committer
+   * unlinks thousands of writes at a time under the lock; then the
+   * data.
+   */
+  struct held_link *links;
+  unsigned char *data;            /* ORIGIN_WRITE: the new data */
+  unsigned char mem[];
 };
 
 
@@ -278,14 +283,14 @@ mapping_length (size_t len)
   return (len + 4095) & ~(uint64_t) 4095;       /* whole pages */
 }
 
-/* The bytes of a held write: the header, the data, then the links. */
+/* The bytes of a held write: the header, the links, then the data. */
 static size_t
 held_length (int op, uint32_t count)
 {
   size_t data = op == ORIGIN_WRITE ? count : 0;
 
-  return sizeof (struct held_write) + ((data + 7) & ~(size_t) 7) +
-    links_needed (count) * sizeof (struct held_link);
+  return sizeof (struct held_write) +
+    links_needed (count) * sizeof (struct held_link) + data;
 }
 
 static struct held_write *
@@ -445,7 +450,8 @@ held_new (struct held_write *reuse, int op, const void *buf, uint32_t count,
     return NULL;
   h->next = NULL;
   h->nlinks = 0;
-  h->links = (struct held_link *) (h->data + ((data + 7) & ~(size_t) 7));
+  h->links = (struct held_link *) h->mem;
+  h->data = h->mem + links_needed (count) * sizeof (struct held_link);
   h->op = op;
   h->flags = flags & SNAPFG_REQ_MAY_TRIM;
   h->offset = offset;
@@ -469,12 +475,14 @@ held_lost (struct held_write *h)
   return h->cancelled && atomic_load (&h->ack) == 1;
 }
 
-/* Under the lock: append h to the queue. */
+/* Under the lock: append h to the queue.  (The link is stored atomically:
+ * the committer walks the ready front of the queue without the lock.)
+ */
 static void
 enqueue (struct writeback *wb, struct held_write *h)
 {
   h->seq = ++wb->last_seq;
-  *wb->tailp = h;
+  __atomic_store_n (wb->tailp, h, __ATOMIC_RELEASE);
   wb->tailp = &h->next;
   index_update (wb, h->offset, h->count, 1);
   read_index_add (wb, h);
@@ -956,18 +964,131 @@ join_copies (struct deferred_copy *a, struct deferred_copy *a_last,
   return a;
 }
 
+/* The end of the ready front of the queue from first (ready): walked
+ * without the lock, which writers appending need meanwhile.  Only the
+ * committer takes writes out, so the front stays; the links are read
+ * atomically since a writer may be appending to the last one.
+ */
+static struct held_write *
+ready_front_end (struct held_write *first)
+{
+  struct held_write *last = first, *next;
+
+  while ((next = __atomic_load_n (&last->next, __ATOMIC_ACQUIRE)) &&
+         atomic_load (&next->ready))
+    last = next;
+  return last;
+}
+
+/* Apply the ready writes from h on, up to APPLY_BATCH of them and no
+ * further than last.  Returns the last one applied.
+ */
+#define APPLY_BATCH 256
+
+static struct held_write *
+apply_batch (struct writeback *wb, struct held_write *h,
+             struct held_write *last)
+{
+  struct snapfg_engine *e = wb->e;
+
+  for (unsigned n = 1; ; ++n, h = h->next) {
+    if (held_lost (h)) {
+      snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
+                    " was acknowledged but is not applied: reading the "
+                    "old data for a snapshot failed; the next flush "
+                    "fails", e->origin.path, origin_op_name (h->op),
+                    h->count, h->offset);
+      atomic_fetch_add (&wb->origin_errors, 1);
+    }
+    else if (!h->cancelled) {
+      int r = origin_apply_change (e, h->op, h->data, h->count, h->offset,
+                                   h->flags);
+      if (r < 0)
+        /* Logged by origin_apply_change; the next flush or FUA on
+         * every connection fails.
+         */
+        atomic_fetch_add (&wb->origin_errors, 1);
+    }
+    if (h == last || n == APPLY_BATCH)
+      return h;
+  }
+}
+
+/* Take the applied writes first .. last (the front of the queue) out of
+ * the queue and its indexes, then free them.  Without the lock on entry
+ * and return.
+ */
+static void
+retire_batch (struct writeback *wb, struct held_write *first,
+              struct held_write *last)
+{
+  struct held_write *h, *next, *pooled, **pooled_tail;
+  uint64_t freed = 0, pooled_bytes = 0;
+
+  pthread_mutex_lock (&wb->lock);
+  wb->head = last->next;
+  if (wb->head == NULL)
+    wb->tailp = &wb->head;
+  wb->applied_seq = last->seq;
+  for (h = first; ; h = h->next) {
+    index_update (wb, h->offset, h->count, -1);
+    read_index_remove (wb, h);
+    freed += h->cost;
+    wb->held_writes--;
+    atomic_fetch_sub (&wb->nheld, 1);
+    if (h == last)
+      break;
+  }
+  pthread_cond_broadcast (&wb->applied);
+
+  /* Freed with the lock dropped.  Nobody else follows the chain from
+   * first to last any more (readers hold references of their own, and
+   * last->next is no writer's tail now).  The room is given back only
+   * once the memory is: were it given back first, writers could hold a
+   * new round's worth while this one is still allocated, and the peak
+   * would reach twice writeback-max.
+   */
+  pthread_mutex_unlock (&wb->lock);
+  pooled = NULL;
+  pooled_tail = &pooled;
+  for (h = first; ; h = next) {
+    bool end = h == last;
+
+    next = h->next;
+    /* A mapping nobody reads any more goes to the pool (no new reader
+     * can find it: it is out of the queue).
+     */
+    if (h->mapped && atomic_load (&h->refs) == 1) {
+      *pooled_tail = h;
+      pooled_tail = &h->next;
+      pooled_bytes += h->mapped;
+    }
+    else
+      held_put (h);
+    if (end)
+      break;
+  }
+  *pooled_tail = NULL;
+  pthread_mutex_lock (&wb->lock);
+  if (pooled) {
+    *pooled_tail = wb->pool;
+    wb->pool = pooled;
+    wb->pool_bytes += pooled_bytes;
+  }
+  wb->held_bytes -= freed - pooled_bytes;       /* the pool stays counted */
+  pthread_cond_broadcast (&wb->room);
+  pthread_mutex_unlock (&wb->lock);
+}
+
 static void *
 committer (void *arg)
 {
   struct writeback *wb = arg;
-  struct snapfg_engine *e = wb->e;
 
   pthread_mutex_lock (&wb->lock);
   for (;;) {
-    struct held_write *first, *last, *h, *next;
+    struct held_write *first, *last, *h;
     struct deferred_copy *copies;
-    uint64_t freed, pooled_bytes;
-    struct held_write *pooled, **pooled_tail;
 
     for (;;) {
       atomic_store (&wb->idle, true);     /* before the look: see ready */
@@ -1038,103 +1159,37 @@ committer (void *arg)
      * became ready; others' early is harmless, and is what lets a write
      * waiting for one of their chunks go on).
      */
-    first = last = NULL;
-    if (wb->head && atomic_load (&wb->head->ready)) {
-      first = last = wb->head;
-      while (last->next && atomic_load (&last->next->ready))
-        last = last->next;
-    }
+    first = wb->head && atomic_load (&wb->head->ready) ? wb->head : NULL;
+    pthread_mutex_unlock (&wb->lock);
+    last = first ? ready_front_end (first) : NULL;
     {
-      struct deferred_copy *last_copy = wb->copies_last;
-      struct deferred_copy *copied = wb->copied;
+      struct deferred_copy *last_copy, *copied;
 
+      /* Taken after the walk saw the writes ready: their batches were
+       * queued before that.
+       */
+      pthread_mutex_lock (&wb->lock);
+      last_copy = wb->copies_last;
+      copied = wb->copied;
       wb->copied = NULL;
       copies = take_copies (wb);
       pthread_mutex_unlock (&wb->lock);
       copy_round (copies);
       commit_round (wb, join_copies (copies, last_copy, copied));
     }
-    if (first == NULL) {
-      pthread_mutex_lock (&wb->lock);
-      continue;
-    }
-    for (h = first; ; h = h->next) {
-      if (held_lost (h)) {
-        snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
-                      " was acknowledged but is not applied: reading the "
-                      "old data for a snapshot failed; the next flush "
-                      "fails", e->origin.path, origin_op_name (h->op),
-                      h->count, h->offset);
-        atomic_fetch_add (&wb->origin_errors, 1);
-      }
-      else if (!h->cancelled) {
-        int r = origin_apply_change (e, h->op, h->data, h->count, h->offset,
-                                     h->flags);
-        if (r < 0)
-          /* Logged by origin_apply_change; the next flush or FUA on
-           * every connection fails.
-           */
-          atomic_fetch_add (&wb->origin_errors, 1);
-      }
-      if (h == last)
-        break;
-    }
-
-    pthread_mutex_lock (&wb->lock);
-    wb->head = last->next;
-    if (wb->head == NULL)
-      wb->tailp = &wb->head;
-    wb->applied_seq = last->seq;
-    freed = 0;
-    for (h = first; ; h = h->next) {
-      index_update (wb, h->offset, h->count, -1);
-      read_index_remove (wb, h);
-      freed += h->cost;
-      wb->held_writes--;
-      atomic_fetch_sub (&wb->nheld, 1);
-      if (h == last)
-        break;
-    }
-    pthread_cond_broadcast (&wb->applied);
-
-    /* Freed with the lock dropped: a round can hold thousands, and the
-     * writers need the lock meanwhile.  Nobody else follows the chain
-     * from first to last any more (readers hold references of their
-     * own).  The room is given back only once the memory is: were it
-     * given back first, writers could hold a new round's worth while
-     * this one is still allocated, and the peak would reach twice
-     * writeback-max.
+    /* Applied, taken out of the queue and freed APPLY_BATCH at a time:
+     * the lock is held for that many at most (a round can be hundreds
+     * of thousands), so readers and writers get it in between, and the
+     * room and the flushes waiting for them come as each part lands.
      */
-    pthread_mutex_unlock (&wb->lock);
-    pooled = NULL;
-    pooled_tail = &pooled;
-    pooled_bytes = 0;
-    for (h = first; ; h = next) {
-      bool end = h == last;
+    for (h = first; h; ) {
+      struct held_write *batch_last = apply_batch (wb, h, last);
+      struct held_write *next = batch_last == last ? NULL : batch_last->next;
 
-      next = h->next;
-      /* A mapping nobody reads any more goes to the pool (no new
-       * reader can find it: it is out of the queue).
-       */
-      if (h->mapped && atomic_load (&h->refs) == 1) {
-        *pooled_tail = h;
-        pooled_tail = &h->next;
-        pooled_bytes += h->mapped;
-      }
-      else
-        held_put (h);
-      if (end)
-        break;
+      retire_batch (wb, h, batch_last);
+      h = next;
     }
-    *pooled_tail = NULL;
     pthread_mutex_lock (&wb->lock);
-    if (pooled) {
-      *pooled_tail = wb->pool;
-      wb->pool = pooled;
-      wb->pool_bytes += pooled_bytes;
-    }
-    wb->held_bytes -= freed - pooled_bytes;     /* the pool stays counted */
-    pthread_cond_broadcast (&wb->room);
   }
   pthread_mutex_unlock (&wb->lock);
   return NULL;
