@@ -20,6 +20,11 @@
 #     waits for room (stats), never fails; held bytes stay within the
 #     limit; once the committer goes on every write lands.
 #  3. A clean stop applies and syncs everything held.
+#  3b. The committer's copies go into the COW file with O_DIRECT where
+#     its file system takes it (an open file with O_DIRECT on the COW
+#     file), buffered where it does not; byte for byte right either way.
+#     On the test directory's file system and on /dev/shm (tmpfs, which
+#     takes O_DIRECT since Linux 6.6: the test asks it first).
 #  4. A failed origin write after the acknowledgement (an NBD origin
 #     whose writes fail on demand): the next flush on every connection
 #     fails with EIO, once; the snapshot stays valid.
@@ -186,6 +191,51 @@ files_equal "$origin" "$model" "after a clean stop the origin file holds every w
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
 export_equals "$(uri "$sock" snapshot)" "$pristine" "clean stop: snapshot == pristine"
 stop_nbdkit "$pid"
+
+# ---- 3b. the committer's copies past the page cache ---------------------
+# has_direct_fd PID FILE: does the server have FILE open with O_DIRECT?
+has_direct_fd() {
+    local fdi flags want
+    want=$(realpath "$2")
+    for fdi in /proc/"$1"/fdinfo/*; do
+        [ "$(readlink "/proc/$1/fd/${fdi##*/}" 2>/dev/null)" = "$want" ] || continue
+        flags=$(awk '/^flags:/ { print $2 }' "$fdi")
+        (( 8#$flags & 8#40000 )) && return 0
+    done
+    return 1
+}
+shm_dir=
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    shm_dir=$(mktemp -d /dev/shm/snapfg-test-writeback.XXXXXX)
+fi
+for cow_dir in "$tmpdir" $shm_dir; do
+    info "=== 3b. copies into a COW file in $(df --output=fstype "$cow_dir" | tail -1)"
+    fresh
+    dcow="$cow_dir/direct.cow"
+    rm -f "$dcow"
+    start_snapfg "$sock" "$pid" origin="$origin" cow="$dcow"
+    spid=$(cat "$pid")
+    wbio fill "$sock" "$model" 300 "$seed" || true
+    "$PY" -c 'import nbd, sys; h = nbd.NBD(); h.connect_unix(sys.argv[1]); h.flush(); h.shutdown()' "$sock" ||
+        check_fail "a flush failed"
+    if dd if=/dev/zero of="$cow_dir/probe" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
+        has_direct_fd "$spid" "$dcow" && info "ok: the COW file is written with O_DIRECT" ||
+            check_fail "no O_DIRECT descriptor of the COW file on a file system that takes it"
+    else
+        has_direct_fd "$spid" "$dcow" && check_fail "an O_DIRECT descriptor on a file system without it" ||
+            info "ok: no O_DIRECT here: buffered copies"
+    fi
+    rm -f "$cow_dir/probe"
+    export_equals "$(uri "$sock" snapshot)" "$pristine" "3b: snapshot == pristine"
+    export_equals "$(uri "$sock" origin)" "$model" "3b: origin export == model"
+    stop_nbdkit "$pid"
+    files_equal "$origin" "$model" "3b: origin file after the stop"
+    start_snapfg "$sock" "$pid" origin="$origin" cow="$dcow"
+    export_equals "$(uri "$sock" snapshot)" "$pristine" "3b: restarted: snapshot == pristine"
+    stop_nbdkit "$pid"
+    rm -f "$dcow"
+done
+[ -z "$shm_dir" ] || rm -rf "$shm_dir"
 
 # ---- 4 and 5: failures after the acknowledgement ----------------------
 # backend SOCK PIDFILE ARGS...: a plain nbdkit (stopped with stop_nbdkit).

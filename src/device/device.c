@@ -226,6 +226,21 @@ device_pwrite (const struct snapfg_device *dev, const void *buf,
 }
 
 int
+device_pwrite_uncached (const struct snapfg_device *dev, const void *buf,
+                        size_t count, uint64_t offset)
+{
+  int r;
+
+  if (dev->ops->pwrite_uncached == NULL)
+    return device_pwrite (dev, buf, count, offset);
+  if (count == 0)
+    return 0;
+  r = dev->ops->pwrite_uncached (dev, buf, count, offset);
+  device_note_change (dev);
+  return r;
+}
+
+int
 device_flush (const struct snapfg_device *dev)
 {
   uint64_t changes = atomic_load (&dev->changes);

@@ -135,6 +135,14 @@ extern int device_pread (const struct snapfg_device *dev, void *buf,
                          size_t count, uint64_t offset);
 extern int device_pwrite (const struct snapfg_device *dev, const void *buf,
                           size_t count, uint64_t offset);
+/* A large write of data that nothing reads back soon (the committer's
+ * copies into a COW store), from a buffer aligned to DEVICE_UNCACHED_ALIGN:
+ * past the page cache where the device can (O_DIRECT), else a pwrite.
+ */
+#define DEVICE_UNCACHED_ALIGN 4096
+extern int device_pwrite_uncached (const struct snapfg_device *dev,
+                                   const void *buf, size_t count,
+                                   uint64_t offset);
 /* Make every write completed so far durable (a no-op if !can_flush). */
 extern int device_flush (const struct snapfg_device *dev);
 
@@ -235,6 +243,9 @@ struct device_ops {
                 uint64_t offset);
   int (*pwrite) (const struct snapfg_device *dev, const void *buf,
                  size_t count, uint64_t offset);
+  /* Optional: as pwrite, for data not read back soon (NULL: pwrite). */
+  int (*pwrite_uncached) (const struct snapfg_device *dev, const void *buf,
+                          size_t count, uint64_t offset);
   int (*flush) (const struct snapfg_device *dev);
   int (*copy) (const struct snapfg_device *src, uint64_t src_offset,
                const struct snapfg_device *dst, uint64_t dst_offset,

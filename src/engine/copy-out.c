@@ -746,8 +746,9 @@ gather_flush (struct gather *g)
     }
     if (r == 0) {
       engine_test_delay (s->engine);    /* widen the B window in tests */
-      r = device_pwrite (&s->store->dev, g->buf, n << s->chunk_shift,
-                         store_chunk_offset (s->store, g->new0));
+      r = device_pwrite_uncached (&s->store->dev, g->buf,
+                                  n << s->chunk_shift,
+                                  store_chunk_offset (s->store, g->new0));
       cow_failed = r < 0;
     }
   }
@@ -795,7 +796,8 @@ void
 deferred_copy_write (struct deferred_copy *list)
 {
   struct gather *g = malloc (sizeof *g);
-  char *buf = malloc (GATHER_BYTES);
+  /* (Aligned for device_pwrite_uncached.) */
+  char *buf = aligned_alloc (DEVICE_UNCACHED_ALIGN, GATHER_BYTES);
   struct snapfg_snapshot *s, *next_s;
 
   for (s = list ? list->s : NULL; s; s = next_s) {

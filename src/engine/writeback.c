@@ -1241,6 +1241,8 @@ writeback_start (struct snapfg_engine *e)
                   strerror (err));
     return -err;
   }
+  /* Its name shows in top -H and ps -L. */
+  pthread_setname_np (wb->thread, "snapfg-commit");
   wb->running = true;
   return 0;
 }
