@@ -97,8 +97,8 @@ struct held_write {
   atomic_int ack;
   bool cancelled;                 /* not done: never applied */
   unsigned nlinks;                /* in the read index */
-  /* In mem: the links first, next to the header, since the committer
-   * unlinks thousands of writes at a time under the lock; then the
+  /* In mem: the links first, next to the header (the committer
+   * unlinks writes under the lock: one place to touch each), then the
    * data.
    */
   struct held_link *links;
@@ -853,12 +853,15 @@ writeback_read_begin (struct snapfg_engine *e, uint32_t count,
 
     for (uint64_t g = first; g <= last; ++g)
       for (struct held_link *k = list_of (wb, g)->head; k; k = k->next) {
-        uint64_t h_first = k->h->offset >> READ_GRANULE_SHIFT;
+        uint64_t h_first;
 
+        if (k->granule != g)
+          continue;             /* another granule's, in the same list */
         /* Each write once: from the first granule it shares with the
          * read.
          */
-        if (k->granule == g && g == (first > h_first ? first : h_first))
+        h_first = k->h->offset >> READ_GRANULE_SHIFT;
+        if (g == (first > h_first ? first : h_first))
           view_add (v, k->h, count, offset);
       }
     for (struct held_link *k = wb->wide.head; k; k = k->next)
