@@ -197,37 +197,26 @@ for wl in ("rand4k", "seq1m", "flush32", "randrw"):
                 wl, system, nj, med(xs),
                 "-" if system == "bare" else "%.2f" % med(rs),
                 " ".join("%.2f" % r for r in sorted(rs)) if system != "bare" else ""))
-print()
-print("Flush latency (flush32: a flush after every 32 writes), medians over the rounds:")
-print()
-print("| system | conns | flush p50 us | flush p99 us | p99 / bare p99 |")
-print("|---|---|---|---|---|")
-for system in ("bare", "wb-on", "wb-base", "wb-off"):
-    for nj in njs:
-        xs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("flush32", system, nj)]
-        if not xs:
-            continue
-        bs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("flush32", "bare", nj)]
-        p99 = med([x[2] for x in xs])
-        b99 = med([x[2] for x in bs])
-        print("| %s | %s | %.0f | %.0f | %s |" % (system, nj, med([x[1] for x in xs]), p99,
-              "%.2f" % (p99 / b99) if b99 else "-"))
-if any(k[0] == "randrw" for k in v):
+# latency_table WORKLOAD TITLE WHAT: p50/p99 medians beside bare's.
+def latency_table(wl, title, what):
     print()
-    print("Read latency (randrw), medians over the rounds:")
+    print(title)
     print()
-    print("| system | conns | read p50 us | read p99 us | p99 / bare p99 |")
+    print("| system | conns | %s p50 us | %s p99 us | p99 / bare p99 |" % (what, what))
     print("|---|---|---|---|---|")
     for system in ("bare", "wb-on", "wb-base", "wb-off"):
         for nj in njs:
-            xs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("randrw", system, nj)]
-            bs = [x for (w, s, n, r), x in v.items() if (w, s, n) == ("randrw", "bare", nj)]
+            xs = [x for (w, s, n, r), x in v.items() if (w, s, n) == (wl, system, nj)]
+            bs = [x for (w, s, n, r), x in v.items() if (w, s, n) == (wl, "bare", nj)]
             if not xs:
                 continue
             p99 = med([x[2] for x in xs])
             b99 = med([x[2] for x in bs])
             print("| %s | %s | %.0f | %.0f | %s |" % (system, nj, med([x[1] for x in xs]), p99,
                   "%.2f" % (p99 / b99) if b99 else "-"))
+latency_table("flush32", "Flush latency (flush32: a flush after every 32 writes), medians over the rounds:", "flush")
+if any(k[0] == "randrw" for k in v):
+    latency_table("randrw", "Read latency (randrw), medians over the rounds:", "read")
 print()
 print("Peak RSS of the server (VmHWM, MiB), largest over every cell:")
 print()
