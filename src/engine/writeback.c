@@ -237,8 +237,8 @@ read_index_add (struct writeback *wb, struct held_write *h)
   uint64_t first = h->offset >> READ_GRANULE_SHIFT;
   uint64_t last = (h->offset + h->count - 1) >> READ_GRANULE_SHIFT;
 
-  if (last - first + 1 > links_needed (h->count) ||
-      last - first + 1 > READ_LINKS_MAX) {
+  /* (links_needed is the span's worst case, or 1 for a wide write.) */
+  if (last - first + 1 > links_needed (h->count)) {
     h->nlinks = 1;
     h->links[0].granule = WIDE;
   }
