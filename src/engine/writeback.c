@@ -119,7 +119,8 @@ struct writeback {
   struct held_write *head, **tailp;
   uint64_t last_seq;              /* the newest held write's */
   uint64_t applied_seq;           /* every held write up to it is applied */
-  uint64_t held_bytes;            /* cost of what is queued or pooled */
+  uint64_t held_bytes;            /* cost of what is queued or pooled, and
+                                   * of copy-out batches not freed yet */
   uint64_t held_writes;
   unsigned waiting;               /* writers waiting for room now */
   unsigned urgent;                /* others waiting for applied_seq */
@@ -736,6 +737,11 @@ writeback_defer_copy (struct snapfg_engine *e, struct deferred_copy *dc)
 
   deferred_copy_link (dc, NULL);
   pthread_mutex_lock (&wb->lock);
+  /* Counted in writeback-max until its round frees it (commit_round);
+   * past it by at most this request's batches, since its held write
+   * found room.
+   */
+  wb->held_bytes += deferred_copy_size (dc);
   if (wb->copies_last)
     deferred_copy_link (wb->copies_last, dc);
   else
@@ -940,11 +946,16 @@ static void
 commit_round (struct writeback *wb, struct deferred_copy *list)
 {
   size_t committed;
+  uint64_t freed;
 
   if (list == NULL)
     return;
   committed = deferred_copy_commit (list);
-  deferred_copy_free (list);
+  freed = deferred_copy_free (list);
+  pthread_mutex_lock (&wb->lock);
+  wb->held_bytes -= freed;
+  pthread_cond_broadcast (&wb->room);
+  pthread_mutex_unlock (&wb->lock);
   if (committed) {
     uint64_t max = atomic_load (&wb->max_round);
 
