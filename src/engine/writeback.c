@@ -267,9 +267,9 @@ read_index_remove (struct writeback *wb, struct held_write *h)
  * exceed writeback-max by what it keeps.
  *
  * The mappings of applied writes are kept for the next ones (the pool):
- * a fresh mapping costs a page fault and the clearing of a page per 4
- * KiB, and unmapping one a TLB shootdown, together about a sixth of the
- * CPU of 1 MiB first writes (perf).  Pooled mappings stay counted in
+ * a fresh mapping costs the clearing of a page per 4 KiB (and its
+ * mapping: see held_alloc), and unmapping one a TLB shootdown, together
+ * about a sixth of the CPU of 1 MiB first writes (perf).  Pooled mappings stay counted in
  * held_bytes, so that writeback-max still bounds the memory: the room
  * for a new write is what is neither held nor pooled, and a writer that
  * finds no mapping of its size gives pooled ones up until it fits.  An
@@ -305,9 +305,14 @@ held_alloc (size_t len)
       h->mapped = 0;
     return h;
   }
+  /* Populated at once: every page is written right away (the data is
+   * copied in), and one call that maps them all is far cheaper than a
+   * page fault per 4 KiB (17 times on this project's virtual machines,
+   * where a fault traps to the hypervisor: 0.16 s against 2.8 s a GiB).
+   */
   len = mapping_length (len);
-  h = mmap (NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-            -1, 0);
+  h = mmap (NULL, len, PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (h == MAP_FAILED)
     return NULL;
   h->mapped = len;
