@@ -117,6 +117,9 @@ if command -v clang >/dev/null 2>&1; then
     clang_major=$(clang -dumpversion | cut -d. -f1)
     install_optional "libclang-rt-$clang_major-dev"
 fi
+# nbdfuse (tests/test-powercut-files.sh): part of libnbd-bin on Debian
+# 12, a package of its own where the archive splits it out.
+command -v nbdfuse >/dev/null 2>&1 || install_optional nbdfuse
 [ "$cmd" = deps ] && { say "packages ready"; exit 0; }
 
 # --- build and install ----------------------------------------------------

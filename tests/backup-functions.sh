@@ -26,6 +26,11 @@
 #   restore_equals DIR N FILE WHAT  restore run N (raw) and cmp with FILE
 #   our_snapshots SOCK, our_checkpoints SOCK   names starting snapfg-backup-
 #   write_random_blocks URI N SEED SIZE  N random 4K-aligned writes
+#   backup_server SIZE [PREPARE]  a random origin served with a state file
+#                             and a control socket (see below)
+#   make_compressible FILE    part of FILE a pattern, part zeroes
+#   bk_run, bk_restores, bk_expect_status, drop_our_checkpoints
+#                             a chain's runs and restores (see below)
 
 # shellcheck shell=bash
 
@@ -198,4 +203,85 @@ restore_equals() {
         check_fail "$what: restored run $n differs from the origin at its instant"
     fi
     rm -f "$out"
+}
+
+# backup_server SIZE [PREPARE]: a random origin of SIZE bytes, made
+# ready by the function PREPARE (given the file) if named, served by
+# snapfg with a state file and a control socket.  Sets size, disk, sock,
+# ctl (the control socket), pidf, dir (a backup directory, not made) and
+# origin (the origin's URI).
+backup_server() {
+    size=$1
+    disk="$tmpdir/disk.img"
+    sock="$tmpdir/sock"
+    ctl="$tmpdir/ctl"
+    pidf="$tmpdir/nbdkit.pid"
+    dir="$tmpdir/backups"
+    make_random_image "$disk" "$size"
+    [ -z "${2:-}" ] || "$2" "$disk"
+    start_snapfg "$sock" "$pidf" origin="$disk" \
+        state="$tmpdir/disk.state" control="$ctl"
+    require_checkpoints "$ctl"
+    origin=$(uri "$sock")
+}
+
+# make_compressible FILE: 8 MiB of a repeated pattern at 2 MiB and 2 MiB
+# of zeroes at 12 MiB (FILE is at least 14 MiB).
+make_compressible() {
+    "$PY" - "$1" <<'PYEOF'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(2 << 20)
+    f.write(b"snapfg-backup compresses this. " * ((8 << 20) // 31))
+    f.seek(12 << 20)
+    f.write(bytes(2 << 20))
+PYEOF
+}
+
+# A chain's runs and their restores, after backup_server:
+#
+#   bk_run DIR N [ARGS]       save the origin as expect-DIR-N, then back it
+#                             up into DIR (snapfg-backup backup ARGS);
+#                             fails the test if the run fails
+#   bk_restores DIR N [ARGS]  restore run N (restore ARGS) and compare it
+#                             with expect-DIR-N
+#   bk_expect_status N WHAT PATTERN STATUS
+#                             STATUS is N and bk.log holds PATTERN
+#   drop_our_checkpoints      drop every snapfg-backup- checkpoint of $ctl
+
+bk_run() {
+    local d=$1 n=$2
+    shift 2
+    save_origin "$origin" "$tmpdir/expect-$(basename "$d")-$n.img"
+    bk -S "$ctl" -u "$origin" backup "$d" "$@" ||
+        { cat "$tmpdir/bk.log" >&2; fail "backup $d run $n ($*) failed"; }
+    info "$(basename "$d") run $n: $(tail -n 1 "$tmpdir/bk.log")"
+}
+
+bk_restores() {
+    local d=$1 n=$2 out="$tmpdir/r-$RANDOM.img"
+    shift 2
+    if bk restore "$d" "$out" --at "$n" "$@" &&
+       cmp "$out" "$tmpdir/expect-$(basename "$d")-$n.img"; then
+        info "ok: $(basename "$d") run $n restores exactly"
+    else
+        check_fail "restore of $(basename "$d") run $n: $(cat "$tmpdir/bk.log")"
+    fi
+    rm -f "$out"
+}
+
+bk_expect_status() {
+    local want=$1 what=$2 pat=$3 st=$4
+    if [ "$st" -eq "$want" ] && grep -q -- "$pat" "$tmpdir/bk.log"; then
+        info "ok: $what"
+    else
+        check_fail "$what: exit $st (expected $want, '$pat'): $(cat "$tmpdir/bk.log")"
+    fi
+}
+
+drop_our_checkpoints() {
+    local c
+    for c in $(our_checkpoints "$ctl"); do
+        "$SNAPFGCTL" -S "$ctl" checkpoint drop "$c" >/dev/null 2>&1 || true
+    done
 }

@@ -85,7 +85,8 @@ stop_disks() {
 }
 
 # On exit: snapfg first (functions.sh's cleanup runs after the hooks, so
-# kill our nbdkits of snapfg here), then the disks.
+# kill our nbdkits of snapfg here), then the files over the disks
+# (nbdfuse is a client of the disks), then the disks.
 _stop_powercut() {
     local pf s
     for pf in "${!_nbdkit_pids[@]}"; do
@@ -93,6 +94,52 @@ _stop_powercut() {
         wait "${_nbdkit_pids[$pf]}" 2>/dev/null
         unset "_nbdkit_pids[$pf]"
     done
+    unmount_disk_files
     for s in "${!_disks[@]}"; do kill_disks "$s"; done
 }
 on_exit _stop_powercut
+
+# The disks as files: nbdfuse shows an export of the disks' nbdkit as
+# one regular file, so that snapfg opens it with its file backend
+# (pwrite, fdatasync, O_DIRECT) as it would a file on a disk with a
+# volatile write cache.  nbdfuse writes through to the export (no
+# write-back cache of the kernel's in between), and every fsync or
+# fdatasync of the file is a flush of that export.
+#
+#   require_disk_files             skip unless nbdfuse and /dev/fuse work
+#   mount_disk_file DIR URI        the export at URI as DIR/nbd
+#   unmount_disk_files             unmount every one of them
+
+declare -A _fuse=()               # mount point -> nbdfuse's pid
+
+require_disk_files() {
+    requires nbdfuse
+    [ -c /dev/fuse ] && [ -w /dev/fuse ] || skip "/dev/fuse is missing or not writable (nbdfuse needs it)"
+}
+
+mount_disk_file() {
+    local d=$1 u=$2
+    mkdir -p "$d"
+    rm -f "$d.pid"
+    nbdfuse -P "$d.pid" "$d" "$u" 2>>"$d.log" &
+    _fuse[$d]=$!
+    for _ in $(seq 300); do
+        [ -s "$d.pid" ] && [ -f "$d/nbd" ] && return 0
+        _proc_alive "${_fuse[$d]}" ||
+            { cat "$d.log" >&2; fail "nbdfuse could not mount $u on $d"; }
+        sleep 0.1
+    done
+    fail "nbdfuse did not mount $u on $d within 30 s"
+}
+
+unmount_disk_files() {
+    local d p
+    for d in "${!_fuse[@]}"; do
+        p=${_fuse[$d]}
+        umount "$d" 2>/dev/null || umount -l "$d" 2>/dev/null || true
+        for _ in $(seq 100); do _proc_alive "$p" || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+        unset "_fuse[$d]"
+    done
+}

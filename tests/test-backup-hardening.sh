@@ -20,39 +20,21 @@ set -euo pipefail
 source "$(dirname "$0")/backup-functions.sh"
 require_backup_tools
 
-size=$((32 * 1024 * 1024))
-disk="$tmpdir/disk.img"
-sock="$tmpdir/sock"
-ctl="$tmpdir/ctl"
-pidf="$tmpdir/nbdkit.pid"
-dir="$tmpdir/backups"
-make_random_image "$disk" "$size"
-start_snapfg "$sock" "$pidf" origin="$disk" state="$tmpdir/disk.state" \
-    control="$ctl"
-require_checkpoints "$ctl"
-origin=$(uri "$sock")
+backup_server $((32 * 1024 * 1024))
 
-expect_status() {               # expect_status N WHAT GREP
-    local want=$1 what=$2 pat=$3 st=$4
-    if [ "$st" -eq "$want" ] && grep -q -- "$pat" "$tmpdir/bk.log"; then
-        info "ok: $what"
-    else
-        check_fail "$what: exit $st (expected $want, '$pat'): $(cat "$tmpdir/bk.log")"
-    fi
-}
 
 # --- row 1: a directory others can write --------------------------------
 mkdir -m 0777 "$tmpdir/open"
 chmod 0777 "$tmpdir/open"
 st=0; bk -S "$ctl" -u "$origin" backup "$tmpdir/open" || st=$?
-expect_status 1 "a world-writable directory is refused" 'chmod go-w' "$st"
+bk_expect_status 1 "a world-writable directory is refused" 'chmod go-w' "$st"
 grep -q 'writable by its group and by others' "$tmpdir/bk.log" || check_fail "the refusal does not say who can write"
 [ -z "$(ls -A "$tmpdir/open")" ] || check_fail "the refused run wrote $(ls -A "$tmpdir/open")"
 [ -z "$(our_snapshots "$ctl")" ] || check_fail "the refused run left a snapshot"
 mkdir -m 0775 "$tmpdir/group"
 chmod 0775 "$tmpdir/group"
 st=0; bk -S "$ctl" -u "$origin" backup "$tmpdir/group" || st=$?
-expect_status 1 "a group-writable directory is refused" 'writable by its group' "$st"
+bk_expect_status 1 "a group-writable directory is refused" 'writable by its group' "$st"
 
 # --- row 1: links planted during a run ------------------------------------
 echo "root's file" >"$tmpdir/victim"
@@ -82,7 +64,7 @@ plant_during() {
     st=0; wait "$pid" || st=$?
 }
 plant_during before-image 0001-full.qcow2.partial
-expect_status 1 "a .partial link planted before the image is created" 'exists' "$st"
+bk_expect_status 1 "a .partial link planted before the image is created" 'exists' "$st"
 cmp -s "$tmpdir/victim" "$tmpdir/victim.orig" || check_fail "the image was written through the planted .partial link"
 [ -L "$dir/0001-full.qcow2.partial" ] || check_fail "the planted link is gone (it is not the run's to remove)"
 [ -z "$(our_snapshots "$ctl")" ] || check_fail "the failed run left a snapshot"
@@ -93,7 +75,7 @@ rm -f "$dir/0001-full.qcow2.partial"
 # through.
 save_origin "$origin" "$tmpdir/expect-1.img"
 plant_during after-copy manifest.json.tmp 1 full
-expect_status 0 "a manifest.json.tmp link planted during the copy" 'run 1: full backup' "$st"
+bk_expect_status 0 "a manifest.json.tmp link planted during the copy" 'run 1: full backup' "$st"
 cmp -s "$tmpdir/victim" "$tmpdir/victim.orig" || check_fail "the manifest was written through the planted link"
 [ -f "$dir/manifest.json" ] && [ ! -L "$dir/manifest.json" ] && [ ! -e "$dir/manifest.json.tmp" ] ||
     check_fail "manifest.json is not a file of its own: $(ls -l "$dir")"
@@ -114,7 +96,7 @@ done
 cp -a "$dir" "$tmpdir/nosums"
 rm "$tmpdir/nosums/0002.sums"
 st=0; bk restore "$tmpdir/nosums" "$tmpdir/r.img" --at 2 || st=$?
-expect_status 1 "restore without the sums file" 'run 2 cannot be verified: .*0002.sums' "$st"
+bk_expect_status 1 "restore without the sums file" 'run 2 cannot be verified: .*0002.sums' "$st"
 [ ! -e "$tmpdir/r.img" ] || check_fail "restore without sums wrote its output"
 bk restore "$tmpdir/nosums" "$tmpdir/r.img" --at 2 --no-verify ||
     { cat "$tmpdir/bk.log" >&2; check_fail "restore --no-verify failed"; }
@@ -128,10 +110,10 @@ del m["runs"][0]["sums"]
 json.dump(m, open(sys.argv[1], "w"))
 PYEOF
 st=0; bk restore "$tmpdir/nosums" "$tmpdir/r.img" --at 1 || st=$?
-expect_status 1 "restore of a record without sums" 'run 1 in .* records no block sums file' "$st"
+bk_expect_status 1 "restore of a record without sums" 'run 1 in .* records no block sums file' "$st"
 grep -q '(null)' "$tmpdir/bk.log" && check_fail "a message says (null)"
 st=0; bk verify "$tmpdir/nosums" --at 2 || st=$?
-expect_status 1 "verify without the sums file" '0002.sums' "$st"
+bk_expect_status 1 "verify without the sums file" '0002.sums' "$st"
 
 # --- row 11: the chain against the manifest -------------------------------
 cp -a "$dir" "$tmpdir/swapped"
@@ -140,15 +122,15 @@ mv "$tmpdir/swapped/0003-incr.qcow2" "$tmpdir/swapped/0002-incr.qcow2"
 mv "$tmpdir/swapped/x" "$tmpdir/swapped/0003-incr.qcow2"
 for n in 2 3; do
     st=0; bk restore "$tmpdir/swapped" "$tmpdir/r.img" --at $n || st=$?
-    expect_status 1 "restore --at $n with 0002 and 0003 swapped" 'do not match the manifest' "$st"
+    bk_expect_status 1 "restore --at $n with 0002 and 0003 swapped" 'do not match the manifest' "$st"
     [ ! -e "$tmpdir/r.img" ] || check_fail "restore of a swapped chain wrote its output"
 done
 st=0; bk verify "$tmpdir/swapped" --all || st=$?
-expect_status 1 "verify --all with 0002 and 0003 swapped" 'do not match the manifest' "$st"
+bk_expect_status 1 "verify --all with 0002 and 0003 swapped" 'do not match the manifest' "$st"
 cp -a "$dir" "$tmpdir/resized"
 qemu-img resize -q "$tmpdir/resized/0002-incr.qcow2" +1M
 st=0; bk restore "$tmpdir/resized" "$tmpdir/r.img" --at 3 || st=$?
-expect_status 1 "restore with a resized image in the chain" "0002-incr.qcow2 .*size is not the run's" "$st"
+bk_expect_status 1 "restore with a resized image in the chain" "0002-incr.qcow2 .*size is not the run's" "$st"
 cp -a "$dir" "$tmpdir/loop"
 "$PY" - "$tmpdir/loop/manifest.json" <<'PYEOF'
 import json, sys
@@ -157,12 +139,12 @@ m["runs"][0]["backing"] = "0003-incr.qcow2"
 json.dump(m, open(sys.argv[1], "w"))
 PYEOF
 st=0; bk restore "$tmpdir/loop" "$tmpdir/r.img" --at 3 || st=$?
-expect_status 1 "restore of a manifest whose chain loops" 'the images do not match\|loops' "$st"
+bk_expect_status 1 "restore of a manifest whose chain loops" 'the images do not match\|loops' "$st"
 cp -a "$dir" "$tmpdir/linked"
 mv "$tmpdir/linked/0001-full.qcow2" "$tmpdir/full-elsewhere.qcow2"
 ln -s "$tmpdir/full-elsewhere.qcow2" "$tmpdir/linked/0001-full.qcow2"
 st=0; bk restore "$tmpdir/linked" "$tmpdir/r.img" --at 2 || st=$?
-expect_status 1 "restore through a linked image" 'symbolic link' "$st"
+bk_expect_status 1 "restore through a linked image" 'symbolic link' "$st"
 
 # The tool killed during a restore: its qemu-nbd go with it.
 rm -f "$tmpdir/resume"

@@ -14,68 +14,16 @@ set -euo pipefail
 source "$(dirname "$0")/backup-functions.sh"
 require_backup_tools
 
-size=$((16 * 1024 * 1024))
-disk="$tmpdir/disk.img"
-sock="$tmpdir/sock"
-ctl="$tmpdir/ctl"
-pidf="$tmpdir/nbdkit.pid"
-make_random_image "$disk" "$size"
-# Half the disk compressible (a repeated pattern), some of it zero.
-"$PY" - "$disk" <<'PYEOF'
-import sys
-with open(sys.argv[1], "r+b") as f:
-    f.seek(2 << 20)
-    f.write(b"snapfg-backup compresses this. " * ((8 << 20) // 31))
-    f.seek(12 << 20)
-    f.write(bytes(2 << 20))
-PYEOF
-start_snapfg "$sock" "$pidf" origin="$disk" state="$tmpdir/disk.state" \
-    control="$ctl"
-require_checkpoints "$ctl"
-origin=$(uri "$sock")
+backup_server $((16 * 1024 * 1024)) make_compressible
 
-expect_status() {               # expect_status N WHAT GREP ST
-    local want=$1 what=$2 pat=$3 st=$4
-    if [ "$st" -eq "$want" ] && grep -q -- "$pat" "$tmpdir/bk.log"; then
-        info "ok: $what"
-    else
-        check_fail "$what: exit $st (expected $want, '$pat'): $(cat "$tmpdir/bk.log")"
-    fi
-}
-# run DIR N [ARGS]: save the origin as expect-DIR-N, back up, then change
-# 30 blocks.
-run() {
-    local d=$1 n=$2
-    shift 2
-    save_origin "$origin" "$tmpdir/expect-$(basename "$d")-$n.img"
-    bk -S "$ctl" -u "$origin" backup "$d" "$@" ||
-        { cat "$tmpdir/bk.log" >&2; fail "backup $d run $n ($*) failed"; }
-    info "$(basename "$d") run $n: $(tail -n 1 "$tmpdir/bk.log")"
-}
-restores() {                    # restores DIR N [ARGS]
-    local d=$1 n=$2 out="$tmpdir/r-$RANDOM.img"
-    shift 2
-    if bk restore "$d" "$out" --at "$n" "$@" &&
-       cmp "$out" "$tmpdir/expect-$(basename "$d")-$n.img"; then
-        info "ok: $(basename "$d") run $n restores exactly"
-    else
-        check_fail "restore of $(basename "$d") run $n: $(cat "$tmpdir/bk.log")"
-    fi
-    rm -f "$out"
-}
-drop_chain_checkpoints() {
-    for c in $(our_checkpoints "$ctl"); do
-        "$SNAPFGCTL" -S "$ctl" checkpoint drop "$c" >/dev/null 2>&1 || true
-    done
-}
 
 # --- differential and empty runs ----------------------------------------------
 d="$tmpdir/diff"
-run "$d" 1
+bk_run "$d" 1
 write_random_blocks "$origin" 30 21 "$size"
-run "$d" 2 --diff
+bk_run "$d" 2 --diff
 write_random_blocks "$origin" 30 22 "$size"
-run "$d" 3 --diff
+bk_run "$d" 3 --diff
 [ "$(manifest_field "$d" 3 type)" = differential ] || check_fail "run 3 is not differential"
 [ "$(qemu-img info --output=json "$d/0003-diff.qcow2" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["backing-filename"])')" = 0001-full.qcow2 ] ||
     check_fail "the differential's backing file is not the full image"
@@ -83,14 +31,14 @@ c2=$(manifest_field "$d" 2 ranges_bytes); c3=$(manifest_field "$d" 3 ranges_byte
 [ "$c3" -gt "$c2" ] || check_fail "the second differential ($c3 bytes) is not a superset of the first ($c2)"
 # Nothing written: an empty run, no image.
 before=$(ls "$d" | wc -l)
-run "$d" 4
+bk_run "$d" 4
 [ "$(manifest_field "$d" 4 empty)" = True ] || check_fail "an unchanged disk did not give an empty run"
 grep -q 'nothing changed' "$tmpdir/bk.log" || check_fail "the empty run does not say so"
 ls "$d" | grep -q '^0004' && check_fail "the empty run wrote $(ls "$d" | grep '^0004')"
 cp "$tmpdir/expect-diff-3.img" "$tmpdir/expect-diff-4.img" 2>/dev/null || true
 write_random_blocks "$origin" 30 23 "$size"
-run "$d" 5
-for n in 1 2 3 4 5; do restores "$d" $n; done
+bk_run "$d" 5
+for n in 1 2 3 4 5; do bk_restores "$d" $n; done
 
 # --- verify and list -------------------------------------------------------------
 bk verify "$d" --all || check_fail "verify --all: $(cat "$tmpdir/bk.log")"
@@ -125,13 +73,13 @@ h.flush()
 h.shutdown()
 PYEOF
 st=0; bk verify "$tmpdir/damaged" || st=$?
-expect_status 1 "verify of a damaged image" "differs from run 5" "$st"
+bk_expect_status 1 "verify of a damaged image" "differs from run 5" "$st"
 
 # --- prune -------------------------------------------------------------------------
 write_random_blocks "$origin" 30 24 "$size"
-run "$d" 6
+bk_run "$d" 6
 write_random_blocks "$origin" 30 25 "$size"
-run "$d" 7 --diff
+bk_run "$d" 7 --diff
 ck_before=$(our_checkpoints "$ctl" | wc -l)
 bk -S "$ctl" prune "$d" --keep-last 3 --json || check_fail "prune --keep-last 3: $(cat "$tmpdir/bk.log")"
 "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] and d["removed_runs"] == [1, 2, 3, 4], d' "$tmpdir/bk.log" ||
@@ -140,23 +88,23 @@ bk -S "$ctl" prune "$d" --keep-last 3 --json || check_fail "prune --keep-last 3:
     check_fail "prune kept the wrong runs"
 [ "$(manifest_field "$d" 5 type)" = full ] || check_fail "the oldest run kept is not a full run"
 ls "$d" | grep -q '^000[234]' && check_fail "prune left files of the runs it removed: $(ls "$d")"
-for n in 5 6 7; do restores "$d" $n; done
+for n in 5 6 7; do bk_restores "$d" $n; done
 bk verify "$d" --all || check_fail "verify --all after prune: $(cat "$tmpdir/bk.log")"
 # The chain goes on, incremental and differential.
 write_random_blocks "$origin" 30 26 "$size"
-run "$d" 8
+bk_run "$d" 8
 write_random_blocks "$origin" 30 27 "$size"
-run "$d" 9 --diff
-for n in 8 9; do restores "$d" $n; done
+bk_run "$d" 9 --diff
+for n in 8 9; do bk_restores "$d" $n; done
 # Checkpoints of a chain whose runs are gone: prune drops those no run needs.
 "$SNAPFGCTL" -S "$ctl" create stray-snap --checkpoint "snapfg-backup-$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/manifest.json"))["chain_id"])' "$d")-0099-dead" >/dev/null 2>&1 &&
     "$SNAPFGCTL" -S "$ctl" drop stray-snap >/dev/null 2>&1 || true
 # A directory deleted by hand leaves its chain's checkpoint: prune of
 # any chain drops it; one of a directory that is still there is kept.
-run "$tmpdir/deleted" 1
+bk_run "$tmpdir/deleted" 1
 gone_ck=$(manifest_field "$tmpdir/deleted" 1 checkpoint)
 rm -rf "$tmpdir/deleted"
-run "$tmpdir/other" 1
+bk_run "$tmpdir/other" 1
 other_ck=$(manifest_field "$tmpdir/other" 1 checkpoint)
 bk -S "$ctl" prune "$d" --keep-last 10 || check_fail "prune --keep-last 10: $(cat "$tmpdir/bk.log")"
 our_checkpoints "$ctl" | grep -qx "$gone_ck" && check_fail "prune left $gone_ck, whose directory is gone"
@@ -166,7 +114,7 @@ grep -q "dropped checkpoint $gone_ck (no run needs it, made for .*deleted)" "$tm
 our_checkpoints "$ctl" | grep -q 0099-dead && check_fail "prune left a checkpoint no run needs"
 [ "$(our_checkpoints "$ctl" | grep -c "$(manifest_field "$d" 9 checkpoint)")" -eq 1 ] ||
     check_fail "prune dropped the last run's checkpoint: $(our_checkpoints "$ctl")"
-drop_chain_checkpoints
+drop_our_checkpoints
 
 # A prune killed midway (after the marks, after the commit and rebase):
 # the runs kept still restore, the ones going are refused, a backup
@@ -174,7 +122,7 @@ drop_chain_checkpoints
 for point in prune-marked prune-rebased; do
     p="$tmpdir/pr-$point"
     for n in 1 2 3 4; do
-        run "$p" $n
+        bk_run "$p" $n
         write_random_blocks "$origin" 30 $((40 + n)) "$size"
     done
     rm -f "$tmpdir/resume"
@@ -188,15 +136,15 @@ for point in prune-marked prune-rebased; do
     sleep 1
     kill -KILL "$pid"; wait "$pid" 2>/dev/null || true
     grep -q '"pruning": true' "$p/manifest.json" || check_fail "$point: the prune did not mark the runs"
-    for n in 3 4; do restores "$p" $n; done
+    for n in 3 4; do bk_restores "$p" $n; done
     st=0; bk restore "$p" "$tmpdir/gone.img" --at 1 || st=$?
-    expect_status 1 "$point: a run being pruned is not restored" 'being pruned' "$st"
+    bk_expect_status 1 "$point: a run being pruned is not restored" 'being pruned' "$st"
     st=0; bk -S "$ctl" -u "$origin" backup "$p" || st=$?
-    expect_status 1 "$point: a backup after an interrupted prune" 'prune again' "$st"
+    bk_expect_status 1 "$point: a backup after an interrupted prune" 'prune again' "$st"
     bk prune "$p" --keep-last 2 || check_fail "$point: prune again: $(cat "$tmpdir/bk.log")"
-    for n in 3 4; do restores "$p" $n; done
+    for n in 3 4; do bk_restores "$p" $n; done
     bk verify "$p" --all || check_fail "$point: verify --all after the prune finished: $(cat "$tmpdir/bk.log")"
-    drop_chain_checkpoints
+    drop_our_checkpoints
 done
 
 # --- the rough edges -------------------------------------------------------------
@@ -214,11 +162,11 @@ if have script; then
     cmp "$tmpdir/tty.img" "$tmpdir/expect-diff-9.img" || check_fail "restore on a terminal differs"
 fi
 # --cow-dir that does not exist yet is created.
-run "$tmpdir/cow-run" 1 --cow-dir "$tmpdir/cows-new"
+bk_run "$tmpdir/cow-run" 1 --cow-dir "$tmpdir/cows-new"
 [ -d "$tmpdir/cows-new" ] || check_fail "--cow-dir was not created"
 [ -z "$(ls -A "$tmpdir/cows-new")" ] || check_fail "--cow-dir keeps $(ls "$tmpdir/cows-new")"
-restores "$tmpdir/cow-run" 1
-drop_chain_checkpoints
+bk_restores "$tmpdir/cow-run" 1
+drop_our_checkpoints
 # An unreachable server leaves no backup directory.
 st=0; bk -S "$tmpdir/no-such-sock" -u "nbd+unix:///?socket=$tmpdir/no-such" backup "$tmpdir/unreached" || st=$?
 [ "$st" -ne 0 ] && [ ! -e "$tmpdir/unreached" ] ||

@@ -22,17 +22,7 @@ requires ssh ssh-keygen jq
 sshd=/usr/sbin/sshd
 [ -x "$sshd" ] || skip "no $sshd (install openssh-server)"
 
-size=$((32 * 1024 * 1024))
-disk="$tmpdir/disk.img"
-sock="$tmpdir/sock"
-ctl="$tmpdir/ctl"
-pidf="$tmpdir/nbdkit.pid"
-dir="$tmpdir/backups"
-make_random_image "$disk" "$size"
-start_snapfg "$sock" "$pidf" origin="$disk" state="$tmpdir/disk.state" \
-    control="$ctl"
-require_checkpoints "$ctl"
-origin=$(uri "$sock")
+backup_server $((32 * 1024 * 1024))
 
 # --- sshd on a free port of 127.0.0.1 -------------------------------------
 sd="$tmpdir/ssh"

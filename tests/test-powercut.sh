@@ -32,12 +32,26 @@
 # merge resumes and the origin reads as the snapshot plus the writes
 # made during the merge.
 #
+# SNAPFG_POWERCUT_VIA=files (test-powercut-files.sh) runs the same
+# rounds with snapfg's file backends instead: each export of the disks
+# is a regular file through nbdfuse (origin=DIR/nbd, cow=DIR/nbd), so the
+# order under test is the one of pwrite, fdatasync and the committer's
+# O_DIRECT copies into the COW file, and the rounds with 64K chunks and
+# writeback=on check that the server did open the COW file with O_DIRECT.
+#
 # SNAPFG_TEST_SEED repeats a run; SNAPFG_POWERCUT_ROUNDS=N runs each
-# configuration N times (default 2, each with its own seed).
+# configuration N times (default 2, each with its own seed; 1 through
+# files).
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/powercut-functions.sh"
 require_powercut
+via=${SNAPFG_POWERCUT_VIA:-nbd}
+case $via in
+    nbd) ;;
+    files) test_name=test-powercut-files; require_disk_files ;;
+    *) fail "SNAPFG_POWERCUT_VIA=$via: expected nbd or files" ;;
+esac
 [ -n "$SNAPFGCTL" ] && [ -x "$SNAPFGCTL" ] ||
     fail "snapfgctl not found (SNAPFGCTL='${SNAPFGCTL:-}'): run 'make tools/snapfgctl/snapfgctl' first"
 test_seed
@@ -51,7 +65,7 @@ ctlsock="$tmpdir/ctl.sock"
 oimg="$tmpdir/origin.img"
 cimg="$tmpdir/cow.img"
 pristine="$tmpdir/pristine.img"
-repeat=${SNAPFG_POWERCUT_ROUNDS:-2}
+repeat=${SNAPFG_POWERCUT_ROUNDS:-$([ "$via" = nbd ] && echo 2 || echo 1)}
 nround=0
 npassed=0
 
@@ -69,6 +83,32 @@ else:
     print("missing")'
 }
 
+# boot_disks [PLUGIN-ARGS...]: the disks' nbdkit on the images, and
+# with SNAPFG_POWERCUT_VIA=files their exports as files.  Sets disk_o
+# and disk_c, what snapfg's origin= and cow= name.
+boot_disks() {
+    start_disks "$dsock" disk=origin:"$oimg" disk=cow:"$cimg" "$@"
+    if [ "$via" = files ]; then
+        mount_disk_file "$tmpdir/disk-origin" "$(uri "$dsock" origin)"
+        mount_disk_file "$tmpdir/disk-cow" "$(uri "$dsock" cow)"
+        disk_o=$tmpdir/disk-origin/nbd disk_c=$tmpdir/disk-cow/nbd
+    else
+        disk_o=$(uri "$dsock" origin) disk_c=$(uri "$dsock" cow)
+    fi
+}
+
+# cow_opened_direct PID: true if process PID has the COW file open with
+# O_DIRECT (the committer's gathered copies).
+cow_opened_direct() {
+    local fd flags
+    for fd in /proc/"$1"/fd/*; do
+        [ "$(readlink "$fd" 2>/dev/null)" = "$disk_c" ] || continue
+        flags=$(awk '/^flags:/ {print $2}' "/proc/$1/fdinfo/${fd##*/}" 2>/dev/null) || continue
+        (( (8#$flags & 8#40000) != 0 )) && return 0
+    done
+    return 1
+}
+
 # round NAME CHUNK MAX-LEN WRITEBACK DURABILITY MERGE
 round() {
     local name=$1 chunk=$2 maxlen=$3 wb=$4 dur=$5 merge=$6
@@ -83,12 +123,11 @@ round() {
     cp "$oimg" "$pristine"
     make_zero_image "$cimg" "$cowsize"
     rm -f "$trig" "$rep" "$ctlsock"
-    params=(origin="$(uri "$dsock" origin)" cow="$(uri "$dsock" cow)"
+    boot_disks seed="$rseed" trigger="$trig" report="$rep"
+    params=(origin="$disk_o" cow="$disk_c"
             store=persistent chunk-size="$chunk" control="$ctlsock")
     [ "$dur" = sync ] || params+=(durability="$dur")
     params+=(writeback="$wb")
-    start_disks "$dsock" disk=origin:"$oimg" disk=cow:"$cimg" \
-        seed="$rseed" trigger="$trig" report="$rep"
     export SNAPFG_TEST_BOOT_ID="powercut-$rseed-boot-1"
     if [ "$merge" = no ]; then
         start_snapfg "$sock" "$pid" "${params[@]}"
@@ -119,15 +158,24 @@ round() {
     # What write-back did before the cut (where stats report it).
     timeout 10 "$SNAPFGCTL" -S "$ctlsock" stats >"$tmpdir/ctl.out" 2>&1 || true
     grep -i '^write-back' "$tmpdir/ctl.out" | sed "s/^/$test_name: $what: at the cut: /" || true
+    if [ "$via" = files ] && [ "$wb" = on ] && [ "$chunk" -ge 65536 ]; then
+        # Its copies are runs of 64 KiB or more: they went through O_DIRECT.
+        if cow_opened_direct "$(nbdkit_pid "$pid")"; then
+            info "ok: $what: the COW file was written with O_DIRECT"
+        else
+            check_fail "$what: the server has no O_DIRECT descriptor of the COW file $disk_c"
+        fi
+    fi
     # The machine is off: snapfg dies with its disks.
     kill -KILL "$(nbdkit_pid "$pid")" 2>/dev/null || true
     wait "$(nbdkit_pid "$pid")" 2>/dev/null || true
     unset "_nbdkit_pids[$pid]"
+    unmount_disk_files
     kill_disks "$dsock"
     rm -f "$ctlsock" "$sock"
 
     # The next boot.
-    start_disks "$dsock" disk=origin:"$oimg" disk=cow:"$cimg"
+    boot_disks
     export SNAPFG_TEST_BOOT_ID="powercut-$rseed-boot-2"
     local fails_before=0
     [ ! -f "$tmpdir/check-failures" ] || fails_before=$(wc -l <"$tmpdir/check-failures")
@@ -137,6 +185,7 @@ round() {
         else
             check_fail "$what: snapfg does not start after the cut: $(tail -n 3 "$pid.log")"
         fi
+        unmount_disk_files
         stop_disks "$dsock"
         round_result "$what" "$fails_before" "$t0"
         return 0
@@ -178,6 +227,7 @@ round() {
         fi
     fi
     stop_nbdkit "$pid"
+    unmount_disk_files
     stop_disks "$dsock"
     round_result "$what" "$fails_before" "$t0"
 }
@@ -227,5 +277,5 @@ for _ in $(seq "$repeat"); do
         round "writeback=$wb, a merge in progress, 4K chunks" 4096 16384 "$wb" sync yes
     done
 done
-info "$npassed of $nround rounds passed (seed $seed)"
+info "$npassed of $nround rounds passed (seed $seed; disks through $via)"
 finish

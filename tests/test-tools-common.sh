@@ -23,17 +23,7 @@ source "$(dirname "$0")/backup-functions.sh"
 require_backup_tools
 requires jq
 
-size=$((16 * 1024 * 1024))
-disk="$tmpdir/disk.img"
-sock="$tmpdir/sock"
-ctl="$tmpdir/ctl"
-pidf="$tmpdir/nbdkit.pid"
-dir="$tmpdir/backups"
-make_random_image "$disk" "$size"
-start_snapfg "$sock" "$pidf" origin="$disk" state="$tmpdir/disk.state" \
-    control="$ctl"
-require_checkpoints "$ctl"
-origin=$(uri "$sock")
+backup_server $((16 * 1024 * 1024))
 
 # expect_status WHAT WANT CMD...: CMD exits WANT; its output in $tmpdir/out.
 expect_status() {

@@ -76,6 +76,43 @@ size_bytes=$(numfmt --from=iec "$SIZE")
 log "origin $SIZE of random data in $dir"
 head -c "$size_bytes" /dev/urandom >"$origin"
 
+# What the machine charges for what write-back leans on, measured before
+# the rounds and printed with the results: a first write holds its data
+# in new memory (each page's first touch is a page fault) and copies the
+# old data into new blocks of the COW file; bare overwrites the origin's
+# blocks through its page cache.  On a virtual machine whose host backs
+# memory lazily, or a file system mounted with discard on a thin disk,
+# these are far slower than the same work on pages and blocks already in
+# use, and they bound the ratios whatever snapfg does.
+probe_machine() {
+    local t
+    "$PY" - <<'PYEOF'
+import mmap, time
+n = 256 << 20
+m = mmap.mmap(-1, n)
+t = time.monotonic()
+for off in range(0, n, 4096):
+    m[off] = 1
+first = time.monotonic() - t
+t = time.monotonic()
+for off in range(0, n, 4096):
+    m[off] = 2
+again = time.monotonic() - t
+print("- new memory: %.2f s per GiB at its first touch (page faults), "
+      "%.2f s per GiB touched again" % (first * 4, again * 4))
+PYEOF
+    t=$(dd if=/dev/zero of="$dir/probe" bs=1M count=256 conv=fdatasync 2>&1 |
+        awk '/copied/ { print $(NF-1), $NF }')
+    echo "- 256 MiB into a new file and fdatasync: $t"
+    t=$(dd if=/dev/zero of="$dir/probe" bs=1M count=256 conv=fdatasync,notrunc 2>&1 |
+        awk '/copied/ { print $(NF-1), $NF }')
+    echo "- the same blocks overwritten and fdatasync: $t"
+    rm -f "$dir/probe"
+    echo "- $(findmnt -n -o FSTYPE,OPTIONS --target "$dir" 2>/dev/null | cut -c1-120) ($dir)"
+}
+probe_machine >"$OUTDIR/machine.txt"
+sed "s/^/writeback-bench: machine: /" "$OUTDIR/machine.txt" >&2
+
 start_server() {
     local system=$1 args
     rm -f "$sock" "$cow"
@@ -228,5 +265,6 @@ for system in ("bare", "wb-on", "wb-base", "wb-off", "transient"):
         if xs:
             print("| %s | %s | %.0f |" % (system, wl, max(xs) / 1024.0))
 EOF
+{ echo; echo "The machine, before the rounds:"; echo; cat "$OUTDIR/machine.txt"; } >>"$OUTDIR/results.md"
 cat "$OUTDIR/results.md"
 log "results in $OUTDIR (raw.txt, results.md, json/)"

@@ -920,13 +920,27 @@ deferred_copy_publish (struct deferred_copy *list)
   }
 }
 
-void
+uint64_t
 deferred_copy_free (struct deferred_copy *list)
 {
+  uint64_t freed = 0;
+
   while (list) {
     struct deferred_copy *next = list->next;
 
+    freed += deferred_copy_size (list);
     free (list);
     list = next;
   }
+  return freed;
+}
+
+uint64_t
+deferred_copy_size (const struct deferred_copy *dc)
+{
+  /* As deferred_copy_new allocates it, and the allocation's overhead
+   * as writeback_cost counts a small held write's.
+   */
+  return sizeof *dc + dc->b.cap * (sizeof *dc->b.stripe + sizeof *dc->b.pe +
+                                   sizeof *dc->b.pair) + 64;
 }

@@ -61,8 +61,11 @@ extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
  *   3. deferred_copy_commit: one commit per snapshot for all the pairs
  *      of the list (which may gather several rounds of steps 1-2);
  *      returns how many were committed;
- *   4. deferred_copy_free.
+ *   4. deferred_copy_free: returns the memory given back, as
+ *      deferred_copy_size counted it.
  * Only after 3 may the held writes of those batches reach the origin.
+ * deferred_copy_size is what one batch costs, its allocation's overhead
+ * included: writeback-max counts it beside the held data.
  */
 struct deferred_copy;
 extern void deferred_copy_link (struct deferred_copy *dc,
@@ -70,6 +73,7 @@ extern void deferred_copy_link (struct deferred_copy *dc,
 extern void deferred_copy_write (struct deferred_copy *list);
 extern void deferred_copy_publish (struct deferred_copy *list);
 extern size_t deferred_copy_commit (struct deferred_copy *list);
-extern void deferred_copy_free (struct deferred_copy *list);
+extern uint64_t deferred_copy_free (struct deferred_copy *list);
+extern uint64_t deferred_copy_size (const struct deferred_copy *dc);
 
 #endif
