@@ -21,20 +21,11 @@ set -euo pipefail
 source "$(dirname "$0")/backup-functions.sh"
 require_backup_tools
 
-size=$((64 * 1024 * 1024))
-disk="$tmpdir/disk.img"
-sock="$tmpdir/sock"
-ctl="$tmpdir/ctl"
-pidf="$tmpdir/nbdkit.pid"
-dir="$tmpdir/backups"
-make_random_image "$disk" "$size"
 # Some zeroes, so that the full backup has blocks to skip.
-dd if=/dev/zero of="$disk" bs=1M seek=8 count=16 conv=notrunc status=none
-
-start_snapfg "$sock" "$pidf" origin="$disk" state="$tmpdir/disk.state" \
-    control="$ctl"
-require_checkpoints "$ctl"
-origin=$(uri "$sock")
+zero_16m_at_8m() {
+    dd if=/dev/zero of="$1" bs=1M seek=8 count=16 conv=notrunc status=none
+}
+backup_server $((64 * 1024 * 1024)) zero_16m_at_8m
 
 # --- usage ---------------------------------------------------------------
 st=0; "$SNAPFG_BACKUP" --version >"$tmpdir/v" 2>&1 || st=$?
