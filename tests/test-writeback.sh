@@ -11,8 +11,10 @@
 #     a held chunk in order, a zero and a multi-chunk write; the snapshot
 #     unchanged; nothing on the origin file while held; FUA on the file
 #     when it returns; after a flush the file holds every write.  A FUA
-#     write over a held one.  Stats show what is held.  A restart finds
-#     the snapshot pristine and the origin as written.
+#     write over a held one.  Stats show what is held; the held data is
+#     in the held-data memory file, which gives its pages back once
+#     nothing is held.  A restart finds the snapshot pristine and the
+#     origin as written.
 #  1b. Reads of held writes of every size (the read index): writes and
 #     zeroes from 512 bytes to over 4 MiB, overlapping, on two
 #     connections, each followed by a read that must match the model.
@@ -95,6 +97,17 @@ stat_field() {
         "[x for x in d['exports'] if x['export'] == 'origin'][0]['$1']"
 }
 
+# held_file_kib: the KiB of the server's held-data memory file (its data
+# lives there, not in the heap: held-file.c), or nothing if it has none.
+held_file_kib() {
+    local f
+    for f in /proc/"$(cat "$pid")"/fd/*; do
+        case $(readlink "$f" 2>/dev/null) in
+            /memfd:snapfg-held*) echo $(( $(stat -L -c %b "$f") / 2 )); return ;;
+        esac
+    done
+}
+
 # ---- 1. held writes ---------------------------------------------------
 info "=== 1. held writes, read-your-writes, order, FUA, flush"
 fresh
@@ -108,6 +121,9 @@ held=$(stat_field writeback_held_bytes)
 [ "$held" -gt 4096 ] && info "ok: stats: $held bytes held" ||
     check_fail "stats: writeback_held_bytes is $held with a write held"
 [ "$(stat_field writeback)" = true ] || check_fail "stats: writeback is not on"
+kib=$(held_file_kib)
+[ -n "$kib" ] && [ "$kib" -ge 4 ] && info "ok: the held file has $kib KiB" ||
+    check_fail "the held write is not in the held-data memory file ('$kib' KiB)"
 "$SNAPFGCTL" --socket "$ctlsock" stats >"$tmpdir/stats.txt"
 # The default writeback-max: a sixteenth of the memory in whole MiB,
 # from 64M to 1G.
@@ -131,6 +147,9 @@ rounds=$(stat_field writeback_commit_rounds)
     check_fail "stats: writeback_commit_rounds is $rounds after a flush"
 [ "$(stat_field writeback_held_bytes)" = 0 ] ||
     check_fail "stats: bytes still held after a flush"
+kib=$(held_file_kib)
+[ "$kib" = 0 ] && info "ok: the held file gave its pages back" ||
+    check_fail "the held-data memory file keeps '$kib' KiB with nothing held"
 wbio fua-after-held "$sock" "$origin" "$model" || true
 export_equals "$(uri "$sock" snapshot)" "$pristine" "snapshot == pristine"
 export_equals "$(uri "$sock" origin)" "$model" "origin export == model"

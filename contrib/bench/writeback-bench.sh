@@ -34,7 +34,9 @@
 #                the reads'.  Not in the default CELLS.
 # (transient runs seq1m only, the issue's target for it.)
 #
-# Also the peak RSS of each snapfg server (VmHWM at the end of its cell).
+# Also the peak memory of each server: its RSS (VmHWM at the end of its
+# cell) and the pages of its held-data memory file (memfd:snapfg-held,
+# which is not in the RSS), sampled every 0.1 s.
 #
 # Settings (environment): ROUNDS [5], RUNTIME [10], NUMJOBS ["1 4"],
 # SIZE [2G], IODEPTH [16], SEQ_IODEPTH [8], WRITEBACK_MAX [the default],
@@ -65,7 +67,7 @@ dir=${BENCH_DIR:-$(mktemp -d /var/tmp/snapfg-wb-bench.XXXXXX)}
 sock=$dir/sock
 origin=$dir/origin.img
 cow=$dir/snapshot.cow
-srv_pid=
+srv_pid= sampler_pid=
 cleanup() {
     [ -z "$srv_pid" ] || kill "$srv_pid" 2>/dev/null || true
     [ -n "${BENCH_DIR:-}" ] || rm -rf "$dir"
@@ -132,17 +134,48 @@ start_server() {
     fi
     nbdkit -f -U "$sock" "${args[@]}" 2>"$OUTDIR/server.log" &
     srv_pid=$!
-    for _ in $(seq 300); do [ -S "$sock" ] && return 0; sleep 0.1; done
+    for _ in $(seq 300); do
+        if [ -S "$sock" ]; then
+            sample_held "$srv_pid" "$OUTDIR/held-peak" &
+            sampler_pid=$!
+            return 0
+        fi
+        sleep 0.1
+    done
     die "$system did not start: $(cat "$OUTDIR/server.log")"
 }
 
+# sample_held PID OUT: write the peak KiB of PID's held-data memory file
+# to OUT (0 if it has none), until PID is gone.
+sample_held() {
+    local pid=$1 out=$2 peak=0 fd= f blocks
+    echo 0 >"$out"
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ -z "$fd" ]; then
+            for f in /proc/"$pid"/fd/*; do
+                case $(readlink "$f" 2>/dev/null) in
+                    /memfd:snapfg-held*) fd=$f ;;
+                esac
+            done
+        fi
+        if [ -n "$fd" ] && blocks=$(stat -L -c %b "$fd" 2>/dev/null) &&
+           [ $((blocks / 2)) -gt "$peak" ]; then
+            peak=$((blocks / 2))
+            echo "$peak" >"$out"
+        fi
+        sleep 0.1
+    done
+}
+
 # stop_server: SIGTERM (a clean stop applies what is held) and wait.
-# Sets hwm to the peak RSS in KiB.
+# Sets hwm to the peak RSS in KiB and held to the held file's peak.
 stop_server() {
     hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$srv_pid/status" 2>/dev/null || echo 0)
     kill -TERM "$srv_pid"
     wait "$srv_pid" || true
-    srv_pid=
+    wait "$sampler_pid" || true
+    held=$(cat "$OUTDIR/held-peak" 2>/dev/null || echo 0)
+    srv_pid= sampler_pid=
 }
 
 results=$OUTDIR/raw.txt
@@ -180,9 +213,9 @@ for round in $(seq "$ROUNDS"); do
             --output-format=json --output="$json" >/dev/null 2>&1 ||
             die "fio failed: $workload on $system, $nj jobs"
         stop_server
-        "$PY" - "$json" "$workload" "$system" "$nj" "$round" "$hwm" >>"$results" <<'EOF'
+        "$PY" - "$json" "$workload" "$system" "$nj" "$round" "$hwm" "$held" >>"$results" <<'EOF'
 import json, sys
-path, workload, system, nj, rnd, hwm = sys.argv[1:]
+path, workload, system, nj, rnd, hwm, held = sys.argv[1:]
 j = json.load(open(path))["jobs"][0]
 w = j["write"]
 iops = w["iops"]
@@ -197,7 +230,7 @@ pct = s.get("percentile") or {}
 if pct:
     p50 = pct.get("50.000000", 0) / 1000.0
     p99 = pct.get("99.000000", 0) / 1000.0
-print(workload, system, nj, rnd, "%.1f" % iops, "%.1f" % p50, "%.1f" % p99, hwm)
+print(workload, system, nj, rnd, "%.1f" % iops, "%.1f" % p50, "%.1f" % p99, hwm, held)
 EOF
     done
 done
@@ -208,8 +241,10 @@ from collections import defaultdict
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 size = int(sys.argv[2])
 v = {}
-for wl, system, nj, rnd, iops, p50, p99, hwm in rows:
-    v[(wl, system, nj, rnd)] = (float(iops), float(p50), float(p99), int(hwm))
+for row in rows:
+    wl, system, nj, rnd, iops, p50, p99, hwm = row[:8]
+    held = row[8] if len(row) > 8 else "0"      # older raw files: no column
+    v[(wl, system, nj, rnd)] = (float(iops), float(p50), float(p99), int(hwm), int(held))
 def ratio(wl, system, nj):
     rs = []
     for (w, s, n, r), x in v.items():
@@ -255,15 +290,18 @@ latency_table("flush32", "Flush latency (flush32: a flush after every 32 writes)
 if any(k[0] == "randrw" for k in v):
     latency_table("randrw", "Read latency (randrw), medians over the rounds:", "read")
 print()
-print("Peak RSS of the server (VmHWM, MiB), largest over every cell:")
+print("Peak memory of the server, largest over every cell: its RSS (VmHWM)")
+print("and its held-data memory file (not in the RSS), in MiB:")
 print()
-print("| system | workload | peak RSS MiB |")
-print("|---|---|---|")
+print("| system | workload | peak RSS | peak held file | both |")
+print("|---|---|---|---|---|")
 for system in ("bare", "wb-on", "wb-base", "wb-off", "transient"):
     for wl in ("rand4k", "seq1m", "flush32", "randrw"):
-        xs = [x[3] for (w, s, n, r), x in v.items() if (w, s) == (wl, system)]
+        xs = [x for (w, s, n, r), x in v.items() if (w, s) == (wl, system)]
         if xs:
-            print("| %s | %s | %.0f |" % (system, wl, max(xs) / 1024.0))
+            print("| %s | %s | %.0f | %.0f | %.0f |" % (system, wl,
+                  max(x[3] for x in xs) / 1024.0, max(x[4] for x in xs) / 1024.0,
+                  max(x[3] + x[4] for x in xs) / 1024.0))
 EOF
 { echo; echo "The machine, before the rounds:"; echo; cat "$OUTDIR/machine.txt"; } >>"$OUTDIR/results.md"
 cat "$OUTDIR/results.md"

@@ -46,9 +46,9 @@ snapfg_origin_pread (struct snapfg_engine *e, void *buf, uint32_t count,
   r = e->merging
     ? merge_origin_io (e, ORIGIN_READ, buf, count, offset, 0)
     : device_pread (&e->origin, buf, count, offset);
-  writeback_read_end (e, &held, buf, count, offset, r == 0);
-
-  if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
+  if (writeback_read_end (e, &held, buf, count, offset, r == 0) < 0)
+    r = -EIO;                   /* logged */
+  else if (r < 0 && !engine_origin_shrunk (e, r, offset + count))
     snapfg_error ("origin=%s: read at %" PRIu64 " failed: %s",
                   e->origin.path, offset, strerror (-r));
  out:

@@ -36,10 +36,10 @@
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/mman.h>
 
 #include "engine-internal.h"
 #include "writeback.h"
+#include "held-file.h"
 #include "copy-out.h"
 #include "snapfg-log.h"
 
@@ -80,7 +80,6 @@ struct held_list {
 
 struct held_write {
   struct held_write *next;
-  size_t mapped;                  /* mmap'd (its length), or 0: malloc'd */
   uint64_t seq;
   int op;                         /* enum origin_op */
   unsigned flags;                 /* SNAPFG_REQ_MAY_TRIM only */
@@ -97,13 +96,13 @@ struct held_write {
   atomic_int ack;
   bool cancelled;                 /* not done: never applied */
   unsigned nlinks;                /* in the read index */
-  /* In mem: the links first, next to the header (the committer
-   * unlinks writes under the lock: one place to touch each), then the
-   * data.
+  /* ORIGIN_WRITE: the new data, in the held file (held-file.h). */
+  uint64_t data_off;
+  uint64_t data_extent;           /* its pages there, or 0: none */
+  /* The links, next to the header: the committer unlinks writes under
+   * the lock, one place to touch each.
    */
-  struct held_link *links;
-  unsigned char *data;            /* ORIGIN_WRITE: the new data */
-  unsigned char mem[];
+  struct held_link links[];
 };
 
 
@@ -119,15 +118,16 @@ struct writeback {
   struct held_write *head, **tailp;
   uint64_t last_seq;              /* the newest held write's */
   uint64_t applied_seq;           /* every held write up to it is applied */
-  uint64_t held_bytes;            /* cost of what is queued or pooled, and
-                                   * of copy-out batches not freed yet */
+  uint64_t held_bytes;            /* cost of what is queued, and of
+                                   * copy-out batches not freed yet */
   uint64_t held_writes;
   unsigned waiting;               /* writers waiting for room now */
   unsigned urgent;                /* others waiting for applied_seq */
   atomic_bool idle;               /* the committer waits for work */
   bool gathering;                 /* the committer gathers a round */
-  struct held_write *pool;        /* mappings kept for reuse */
-  uint64_t pool_bytes;            /* their cost (in held_bytes too) */
+  struct held_file file;          /* the held data */
+  void *bounce;                   /* the committer's, for held data */
+  size_t bounce_size;
   /* Copy-out batches for the next round (copy-out.h). */
   struct deferred_copy *copies, *copies_last;
   /* Batches copied and published while paused (the test hook), for the
@@ -261,149 +261,46 @@ read_index_remove (struct writeback *wb, struct held_write *h)
     list_remove (list_of (wb, h->links[i].granule), &h->links[i]);
 }
 
-/* Large held writes get pages of their own (mmap), so that writeback-max
- * bounds them exactly: from the heap, glibc keeps freed megabytes (its
- * mmap threshold grows after the first free), and the peak RSS would
- * exceed writeback-max by what it keeps.
- *
- * The mappings of applied writes are kept for the next ones (the pool):
- * a fresh mapping costs the clearing of a page per 4 KiB (and its
- * mapping: see held_alloc), and unmapping one a TLB shootdown, together
- * about a sixth of the CPU of 1 MiB first writes (perf).  Pooled
- * mappings stay counted in held_bytes, so that writeback-max still
- * bounds the memory: the room for a new write is what is neither held
- * nor pooled, and a writer that finds no mapping of its size gives
- * pooled ones up until it fits.  An idle committer gives the pool back
- * after POOL_IDLE_SECS.
+/* A held write is a header with its links, from the heap, and its data
+ * in the held file (see held-file.c for why not the heap).
  */
-#define HELD_MMAP_MIN (128 * 1024)
-#define POOL_IDLE_SECS 1
-
-static uint64_t
-mapping_length (size_t len)
-{
-  return (len + 4095) & ~(uint64_t) 4095;       /* whole pages */
-}
-
-/* The bytes of a held write: the header, the links, then the data. */
 static size_t
-held_length (int op, uint32_t count)
+held_header_length (uint32_t count)
 {
-  size_t data = op == ORIGIN_WRITE ? count : 0;
-
   return sizeof (struct held_write) +
-    links_needed (count) * sizeof (struct held_link) + data;
+    links_needed (count) * sizeof (struct held_link);
 }
 
-static struct held_write *
-held_alloc (size_t len)
+/* Give h's data and header back.  Called once nobody can reach h. */
+static void
+held_free (struct writeback *wb, struct held_write *h)
 {
-  struct held_write *h;
-
-  if (len < HELD_MMAP_MIN) {
-    h = malloc (len);
-    if (h)
-      h->mapped = 0;
-    return h;
-  }
-  /* Populated at once: every page is written right away (the data is
-   * copied in), and one call that maps them all is cheaper than a page
-   * fault per 4 KiB.  On this project's virtual machines, where a fault
-   * traps to the hypervisor, a GiB took 2.9 s to fill by faults, and
-   * 0.16 s to populate plus 1.44 s to fill.
-   */
-  len = mapping_length (len);
-  h = mmap (NULL, len, PROT_READ | PROT_WRITE,
-            MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (h == MAP_FAILED)
-    return NULL;
-  h->mapped = len;
-  return h;
+  held_file_release (&wb->file, h->data_off, h->data_extent);
+  free (h);
 }
 
 static void
-held_free (struct held_write *h)
-{
-  if (h->mapped)
-    munmap (h, h->mapped);
-  else
-    free (h);
-}
-
-static void
-held_put (struct held_write *h)
+held_put (struct writeback *wb, struct held_write *h)
 {
   if (atomic_fetch_sub (&h->refs, 1) == 1)
-    held_free (h);
-}
-
-static void
-held_free_list (struct held_write *h)
-{
-  while (h) {
-    struct held_write *next = h->next;
-
-    held_free (h);
-    h = next;
-  }
-}
-
-/* Under the lock: a pooled mapping of exactly cost bytes, taken out of
- * the pool and of held_bytes (enqueue counts it again), or NULL.
- */
-static struct held_write *
-pool_take (struct writeback *wb, uint64_t cost)
-{
-  for (struct held_write **p = &wb->pool; *p; p = &(*p)->next)
-    if ((*p)->mapped == cost) {
-      struct held_write *h = *p;
-
-      *p = h->next;
-      wb->pool_bytes -= cost;
-      wb->held_bytes -= cost;
-      return h;
-    }
-  return NULL;
-}
-
-/* Under the lock: give pooled mappings up until cost more bytes fit in
- * writeback-max with everything held and pooled.  Returns them, to be
- * freed with the lock dropped.
- */
-static struct held_write *
-pool_trim (struct writeback *wb, uint64_t cost)
-{
-  struct held_write *out = NULL;
-
-  while (wb->pool && wb->held_bytes + cost > wb->max) {
-    struct held_write *h = wb->pool;
-
-    wb->pool = h->next;
-    wb->pool_bytes -= h->mapped;
-    wb->held_bytes -= h->mapped;
-    h->next = out;
-    out = h;
-  }
-  return out;
+    held_free (wb, h);
 }
 
 uint64_t
 writeback_cost (int op, uint32_t count)
 {
-  /* The allocation's overhead counts too: writeback-max bounds memory. */
-  uint64_t len = held_length (op, count);
+  /* The heap's overhead counts too: writeback-max bounds memory. */
+  uint64_t data = op == ORIGIN_WRITE ? held_file_extent (count) : 0;
 
-  if (len >= HELD_MMAP_MIN)
-    return mapping_length (len);
-  return len + 64;
+  return held_header_length (count) + 64 + data;
 }
 
 /* Held data is like the page cache's dirty pages for the bare file
  * plugin, except that it cannot be written back before its round is
- * durable, and it is the process's own memory.  It lets a burst of
- * first writes run at page-cache speed until writeback-max is full;
- * after that they go at the disk's speed (two writes of every byte,
- * the copy and the new data).  The kernel lets dirty pages reach a
+ * durable, and it is the process's own (in held-file.c's memory file).
+ * It lets a burst of first writes run at page-cache speed until
+ * writeback-max is full; after that they go at the disk's speed (two
+ * writes of every byte, the copy and the new data).  The kernel lets dirty pages reach a
  * tenth of the memory before it even starts writing them back
  * (dirty_background_ratio): a sixteenth keeps held data under that,
  * with room for the page cache's own.  1G (on a 2-core 24 GiB server,
@@ -444,22 +341,21 @@ writeback_active (const struct snapfg_engine *e)
   return e->wb && e->wb->running;
 }
 
-/* A held write of the request, in reuse (a pooled mapping) or in new
- * memory.
+/* A held write of the request, its data copied into the held file.
+ * Returns NULL with *r set (-ENOMEM, or the held file's error).
  */
 static struct held_write *
-held_new (struct held_write *reuse, int op, const void *buf, uint32_t count,
-          uint64_t offset, unsigned flags)
+held_new (struct writeback *wb, int op, const void *buf, uint32_t count,
+          uint64_t offset, unsigned flags, int *r)
 {
-  size_t data = op == ORIGIN_WRITE ? count : 0;
-  struct held_write *h = reuse ? reuse : held_alloc (held_length (op, count));
+  struct held_write *h = malloc (held_header_length (count));
 
-  if (h == NULL)
+  if (h == NULL) {
+    *r = -ENOMEM;
     return NULL;
+  }
   h->next = NULL;
   h->nlinks = 0;
-  h->links = (struct held_link *) h->mem;
-  h->data = h->mem + links_needed (count) * sizeof (struct held_link);
   h->op = op;
   h->flags = flags & SNAPFG_REQ_MAY_TRIM;
   h->offset = offset;
@@ -469,8 +365,18 @@ held_new (struct held_write *reuse, int op, const void *buf, uint32_t count,
   atomic_init (&h->ready, false);
   atomic_init (&h->ack, 0);
   h->cancelled = false;
-  if (data)
-    memcpy (h->data, buf, data);
+  h->data_off = 0;
+  h->data_extent = 0;
+  if (op == ORIGIN_WRITE) {
+    *r = held_file_store (&wb->file, buf, count, &h->data_off);
+    if (*r < 0) {
+      snapfg_error ("writeback: cannot hold %" PRIu32 " bytes of new data "
+                    "in memory: %s", count, strerror (-*r));
+      free (h);
+      return NULL;
+    }
+    h->data_extent = held_file_extent (count);
+  }
   return h;
 }
 
@@ -502,10 +408,8 @@ enqueue (struct writeback *wb, struct held_write *h)
 static bool
 has_room (const struct writeback *wb, uint64_t cost)
 {
-  /* The callers hold only requests that fit in writeback-max.  Pooled
-   * mappings can always be given up.
-   */
-  return wb->held_bytes - wb->pool_bytes + cost <= wb->max;
+  /* The callers hold only requests that fit in writeback-max. */
+  return wb->held_bytes + cost <= wb->max;
 }
 
 /* Under the lock: wake the committer if it waits for work, or (urgent)
@@ -519,13 +423,11 @@ wake_committer (struct writeback *wb, bool urgent)
     pthread_cond_signal (&wb->work);
 }
 
-/* Under the lock: is enough held (not pooled) that a round should not
- * wait?
- */
+/* Under the lock: is enough held that a round should not wait? */
 static bool
 round_is_full (const struct writeback *wb)
 {
-  return wb->held_bytes - wb->pool_bytes >= wb->max / ROUND_GATHER_FULL;
+  return wb->held_bytes >= wb->max / ROUND_GATHER_FULL;
 }
 
 /* Under the lock: should the committer start the round now rather than
@@ -538,6 +440,8 @@ round_wanted_now (const struct writeback *wb)
     round_is_full (wb);
 }
 
+#define LOOK_FIRST_COST (128 * 1024)
+
 struct held_write *
 writeback_hold_first (struct snapfg_engine *e, int op, const void *buf,
                       uint32_t count, uint64_t offset, unsigned flags,
@@ -545,40 +449,32 @@ writeback_hold_first (struct snapfg_engine *e, int op, const void *buf,
 {
   struct writeback *wb = e->wb;
   uint64_t cost = writeback_cost (op, count);
-  struct held_write *h, *reuse, *spare;
+  struct held_write *h;
 
-  /* A large write looks first, so that a full queue costs no copy: a
-   * pooled mapping of its size is taken, or pooled ones are given up
-   * before new memory is touched.  A small one (from the heap) takes
-   * the lock once: when there is no room, its copy was wasted.
+  /* A large write looks first, so that a full queue costs no copy.  A
+   * small one takes the lock once: when there is no room, its copy was
+   * wasted.
    */
-  reuse = NULL;
-  if (cost >= HELD_MMAP_MIN) {
+  if (cost >= LOOK_FIRST_COST) {
     pthread_mutex_lock (&wb->lock);
     if (!has_room (wb, cost)) {
       pthread_mutex_unlock (&wb->lock);
       *r = -EAGAIN;
       return NULL;
     }
-    reuse = pool_take (wb, cost);
-    spare = reuse ? NULL : pool_trim (wb, cost);
     pthread_mutex_unlock (&wb->lock);
-    held_free_list (spare);
   }
 
-  h = held_new (reuse, op, buf, count, offset, flags);
-  if (h == NULL) {
-    *r = -ENOMEM;
+  h = held_new (wb, op, buf, count, offset, flags, r);
+  if (h == NULL)
     return NULL;
-  }
   pthread_mutex_lock (&wb->lock);
   if (!has_room (wb, h->cost)) {
     pthread_mutex_unlock (&wb->lock);
-    held_free (h);
+    held_free (wb, h);
     *r = -EAGAIN;
     return NULL;
   }
-  spare = pool_trim (wb, h->cost);
   enqueue (wb, h);
   /* Gathering a round: start it if this makes it full (ready or not,
    * this write is not in it).
@@ -586,7 +482,6 @@ writeback_hold_first (struct snapfg_engine *e, int op, const void *buf,
   if (round_is_full (wb))
     wake_committer (wb, true);
   pthread_mutex_unlock (&wb->lock);
-  held_free_list (spare);
   return h;
 }
 
@@ -692,8 +587,9 @@ writeback_order_after_held (struct snapfg_engine *e, int op, const void *buf,
                             uint32_t count, uint64_t offset, unsigned flags)
 {
   struct writeback *wb = e->wb;
-  struct held_write *h, *spare;
+  struct held_write *h;
   bool hold;
+  int r;
 
   if (wb == NULL || atomic_load (&wb->nheld) == 0)
     return 0;
@@ -715,25 +611,23 @@ writeback_order_after_held (struct snapfg_engine *e, int op, const void *buf,
   }
   pthread_mutex_unlock (&wb->lock);
 
-  h = held_new (NULL, op, buf, count, offset, flags);
+  h = held_new (wb, op, buf, count, offset, flags, &r);
   if (h == NULL)
-    return -ENOMEM;
+    return r;
   pthread_mutex_lock (&wb->lock);
   if (!index_overlaps (wb, offset, count)) {
     /* Applied meanwhile: nothing to go after any more. */
     pthread_mutex_unlock (&wb->lock);
-    held_free (h);
+    held_free (wb, h);
     return 0;
   }
   /* Held now even past writeback-max: by at most this one write per
    * client request, since the check above found room.
    */
-  spare = pool_trim (wb, h->cost);
   atomic_store (&h->ready, true);
   enqueue (wb, h);
   wake_committer (wb, round_is_full (wb));
   pthread_mutex_unlock (&wb->lock);
-  held_free_list (spare);
   return 1;
 }
 
@@ -890,10 +784,12 @@ writeback_read_begin (struct snapfg_engine *e, uint32_t count,
   return 0;
 }
 
-void
+int
 writeback_read_end (struct snapfg_engine *e, struct held_view *v, void *buf,
                     uint32_t count, uint64_t offset, bool ok)
 {
+  int r = 0;
+
   /* In queue order: a later held write wins over an earlier one.  One
    * that was applied to the origin after it was taken is laid over the
    * same data again.
@@ -901,21 +797,28 @@ writeback_read_end (struct snapfg_engine *e, struct held_view *v, void *buf,
   for (size_t i = 0; i < v->n; ++i) {
     struct held_write *h = v->w[i];
 
-    if (ok) {
+    if (ok && r == 0) {
       uint64_t from = h->offset > offset ? h->offset : offset;
       uint64_t to = h->offset + h->count < offset + count
         ? h->offset + h->count : offset + count;
       char *dst = (char *) buf + (from - offset);
 
-      if (h->op == ORIGIN_WRITE)
-        memcpy (dst, h->data + (from - h->offset), to - from);
+      if (h->op == ORIGIN_WRITE) {
+        r = held_file_load (&e->wb->file, dst, to - from,
+                            h->data_off + (from - h->offset));
+        if (r < 0)
+          snapfg_error ("origin=%s: read at %" PRIu64 " failed: cannot "
+                        "read back the held write at %" PRIu64 ": %s",
+                        e->origin.path, offset, h->offset, strerror (-r));
+      }
       else
         memset (dst, 0, to - from);     /* zero, or trim (reads as zero) */
     }
-    held_put (h);
+    held_put (e->wb, h);
   }
   if (v->w != v->inline_w)
     free (v->w);
+  return r;
 }
 
 /* --- the committer --- */
@@ -1003,14 +906,92 @@ ready_front_end (struct held_write *first)
 
 /* Apply the ready writes from h on, up to APPLY_BATCH of them and no
  * further than last.  Returns the last one applied.
+ *
+ * Their data comes back from the held file into the committer's buffer
+ * (bounce), neighbours together: writes held one after another lie side
+ * by side in the file, and reading a run of them costs one pread, about
+ * what a single 4 KiB one does.  A write larger than the buffer is
+ * applied a buffer at a time (readers lay the whole held write over
+ * what they read until it is retired, so nobody sees it half done).
  */
 #define APPLY_BATCH 256
+#define BOUNCE_SIZE (4 * 1024 * 1024)
+
+/* What the buffer holds now: [from, to) of the held file. */
+struct bounce_window {
+  uint64_t from, to;
+};
+
+/* The end (in the held file) of h's data and of its neighbours after it
+ * in the batch (at most n more, none past last) that fit in the buffer
+ * together.
+ */
+static uint64_t
+run_end (struct held_write *h, struct held_write *last, unsigned n)
+{
+  uint64_t from = h->data_off, to = h->data_off + h->count;
+  uint64_t next_off = h->data_off + h->data_extent;
+
+  while (h != last && n-- > 0) {
+    h = h->next;
+    if (h->data_extent == 0 || h->data_off != next_off ||
+        h->data_off + h->count - from > BOUNCE_SIZE)
+      break;
+    to = h->data_off + h->count;
+    next_off = h->data_off + h->data_extent;
+  }
+  return to;
+}
+
+/* Write h's data to the origin.  Returns 0 or -errno (logged). */
+static int
+apply_data (struct writeback *wb, struct held_write *h,
+            struct held_write *last, unsigned left,
+            struct bounce_window *win)
+{
+  struct snapfg_engine *e = wb->e;
+  uint32_t done = 0;
+  int r;
+
+  if (h->data_off >= win->from && h->data_off + h->count <= win->to)
+    return origin_apply_change (e, h->op,
+                                (char *) wb->bounce + (h->data_off - win->from),
+                                h->count, h->offset, h->flags);
+  while (done < h->count) {
+    uint32_t n = h->count - done;
+    uint64_t to;
+
+    if (n > BOUNCE_SIZE)
+      n = BOUNCE_SIZE;
+    to = done == 0 && n == h->count
+      ? run_end (h, last, left) : h->data_off + done + n;
+    win->from = win->to = 0;
+    r = held_file_load (&wb->file, wb->bounce, to - (h->data_off + done),
+                        h->data_off + done);
+    if (r < 0) {
+      snapfg_error ("origin=%s: write of %" PRIu32 " bytes at %" PRIu64
+                    " was acknowledged but is not applied: its held data "
+                    "cannot be read back: %s; the next flush fails",
+                    e->origin.path, h->count, h->offset, strerror (-r));
+      return r;
+    }
+    win->from = h->data_off + done;
+    win->to = to;
+    r = origin_apply_change (e, h->op, wb->bounce, n, h->offset + done,
+                             h->flags);
+    if (r < 0)
+      return r;                 /* logged by origin_apply_change */
+    done += n;
+  }
+  return 0;
+}
 
 static struct held_write *
 apply_batch (struct writeback *wb, struct held_write *h,
              struct held_write *last)
 {
   struct snapfg_engine *e = wb->e;
+  struct bounce_window win = { 0, 0 };
 
   for (unsigned n = 1; ; ++n, h = h->next) {
     if (held_lost (h)) {
@@ -1022,12 +1003,12 @@ apply_batch (struct writeback *wb, struct held_write *h,
       atomic_fetch_add (&wb->origin_errors, 1);
     }
     else if (!h->cancelled) {
-      int r = origin_apply_change (e, h->op, h->data, h->count, h->offset,
-                                   h->flags);
+      int r = h->data_extent
+        ? apply_data (wb, h, last, APPLY_BATCH - n, &win)
+        : origin_apply_change (e, h->op, NULL, h->count, h->offset,
+                               h->flags);
       if (r < 0)
-        /* Logged by origin_apply_change; the next flush or FUA on
-         * every connection fails.
-         */
+        /* Logged; the next flush or FUA on every connection fails. */
         atomic_fetch_add (&wb->origin_errors, 1);
     }
     if (h == last || n == APPLY_BATCH)
@@ -1043,8 +1024,8 @@ static void
 retire_batch (struct writeback *wb, struct held_write *first,
               struct held_write *last)
 {
-  struct held_write *h, *next, *pooled, **pooled_tail;
-  uint64_t freed = 0, pooled_bytes = 0;
+  struct held_write *h, *next;
+  uint64_t freed = 0, run_off = 0, run_len = 0;
 
   pthread_mutex_lock (&wb->lock);
   wb->head = last->next;
@@ -1064,39 +1045,38 @@ retire_batch (struct writeback *wb, struct held_write *first,
 
   /* Freed with the lock dropped.  Nobody else follows the chain from
    * first to last any more (readers hold references of their own, and
-   * last->next is no writer's tail now).  The room is given back only
-   * once the memory is: were it given back first, writers could hold a
-   * new round's worth while this one is still allocated, and the peak
-   * would reach twice writeback-max.
+   * last->next is no writer's tail now).  Neighbours in the held file
+   * give their pages back together.  The room is given back only once
+   * the memory is: were it given back first, writers could hold a new
+   * round's worth while this one is still allocated, and the peak would
+   * reach twice writeback-max.
    */
   pthread_mutex_unlock (&wb->lock);
-  pooled = NULL;
-  pooled_tail = &pooled;
   for (h = first; ; h = next) {
     bool end = h == last;
 
     next = h->next;
-    /* A mapping nobody reads any more goes to the pool (no new reader
-     * can find it: it is out of the queue).
+    /* Only the queue's reference: no reader can take one now (it is out
+     * of the queue and the read index).
      */
-    if (h->mapped && atomic_load (&h->refs) == 1) {
-      *pooled_tail = h;
-      pooled_tail = &h->next;
-      pooled_bytes += h->mapped;
+    if (atomic_load (&h->refs) == 1) {
+      if (run_len && h->data_off == run_off + run_len)
+        run_len += h->data_extent;
+      else if (h->data_extent) {
+        held_file_release (&wb->file, run_off, run_len);
+        run_off = h->data_off;
+        run_len = h->data_extent;
+      }
+      free (h);
     }
     else
-      held_put (h);
+      held_put (wb, h);
     if (end)
       break;
   }
-  *pooled_tail = NULL;
+  held_file_release (&wb->file, run_off, run_len);
   pthread_mutex_lock (&wb->lock);
-  if (pooled) {
-    *pooled_tail = wb->pool;
-    wb->pool = pooled;
-    wb->pool_bytes += pooled_bytes;
-  }
-  wb->held_bytes -= freed - pooled_bytes;       /* the pool stays counted */
+  wb->held_bytes -= freed;
   pthread_cond_broadcast (&wb->room);
   pthread_mutex_unlock (&wb->lock);
 }
@@ -1116,26 +1096,7 @@ committer (void *arg)
       if ((wb->head && atomic_load (&wb->head->ready)) || wb->copies ||
           (atomic_load (&wb->stop) && !wb->head))
         break;
-      if (wb->pool && wb->head == NULL) {
-        struct timespec until;
-        struct held_write *pool;
-
-        clock_gettime (CLOCK_MONOTONIC, &until);
-        until.tv_sec += POOL_IDLE_SECS;
-        if (pthread_cond_timedwait (&wb->work, &wb->lock, &until) != 0 &&
-            wb->head == NULL) {
-          /* Idle: the pool goes back to the system. */
-          pool = wb->pool;
-          wb->pool = NULL;
-          wb->held_bytes -= wb->pool_bytes;
-          wb->pool_bytes = 0;
-          pthread_mutex_unlock (&wb->lock);
-          held_free_list (pool);
-          pthread_mutex_lock (&wb->lock);
-        }
-      }
-      else
-        pthread_cond_wait (&wb->work, &wb->lock);
+      pthread_cond_wait (&wb->work, &wb->lock);
     }
     atomic_store (&wb->idle, false);
     if (wb->head == NULL && wb->copies == NULL)
@@ -1216,6 +1177,20 @@ committer (void *arg)
   return NULL;
 }
 
+/* Free what writeback_open made (nothing held, no committer). */
+static void
+writeback_free (struct writeback *wb)
+{
+  held_file_close (&wb->file);
+  free (wb->bounce);
+  free (wb->pause_path);
+  pthread_cond_destroy (&wb->applied);
+  pthread_cond_destroy (&wb->room);
+  pthread_cond_destroy (&wb->work);
+  pthread_mutex_destroy (&wb->lock);
+  free (wb);
+}
+
 int
 writeback_open (struct snapfg_engine *e, bool on, uint64_t max)
 {
@@ -1239,9 +1214,27 @@ writeback_open (struct snapfg_engine *e, bool on, uint64_t max)
   for (size_t i = 0; i < sizeof wb->read_index / sizeof wb->read_index[0]; ++i)
     wb->read_index[i].tailp = &wb->read_index[i].head;
   wb->wide.tailp = &wb->wide.head;
+  wb->file.fd = -1;
+  if (wb->enabled) {
+    int r = held_file_open (&wb->file);
+
+    if (r < 0) {
+      snapfg_error ("writeback=on: cannot create the memory file for held "
+                    "writes (memfd_create): %s; writeback=off works "
+                    "without it", strerror (-r));
+      writeback_free (wb);
+      return r;
+    }
+    /* Page-aligned, as a device opened with O_DIRECT may want. */
+    if (posix_memalign (&wb->bounce, 4096, BOUNCE_SIZE) != 0) {
+      writeback_free (wb);
+      return -ENOMEM;
+    }
+    wb->bounce_size = BOUNCE_SIZE;
+  }
   env = getenv ("SNAPFG_TEST_WRITEBACK_PAUSE");
   if (env && *env && (wb->pause_path = strdup (env)) == NULL) {
-    free (wb);
+    writeback_free (wb);
     return -ENOMEM;
   }
   e->wb = wb;
@@ -1283,14 +1276,8 @@ writeback_close (struct snapfg_engine *e)
     pthread_join (wb->thread, NULL);
     wb->running = false;
   }
-  held_free_list (wb->pool);
   deferred_copy_free (wb->copied);      /* none: a stop commits them */
-  free (wb->pause_path);
-  pthread_cond_destroy (&wb->applied);
-  pthread_cond_destroy (&wb->room);
-  pthread_cond_destroy (&wb->work);
-  pthread_mutex_destroy (&wb->lock);
-  free (wb);
+  writeback_free (wb);
   e->wb = NULL;
 }
 
@@ -1308,7 +1295,7 @@ snapfg_writeback_stats (struct snapfg_engine *e,
   ws->enabled = wb->enabled;
   ws->max_bytes = wb->max;
   pthread_mutex_lock (&wb->lock);
-  ws->held_bytes = wb->held_bytes - wb->pool_bytes;
+  ws->held_bytes = wb->held_bytes;
   ws->held_writes = wb->held_writes;
   ws->waiting = wb->waiting;
   pthread_mutex_unlock (&wb->lock);

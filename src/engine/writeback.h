@@ -70,7 +70,8 @@ extern void writeback_cancel (struct snapfg_engine *e, struct held_write *h);
  * overlaps held writes it must reach the origin after them.  Returns 1
  * if it is now held behind them (done, as far as the client goes), 0 if
  * the caller applies it to the origin itself (nothing held overlaps, or
- * this waited until the overlapping writes were applied), or -ENOMEM.
+ * this waited until the overlapping writes were applied), or -errno
+ * (-ENOMEM, or the held file's error).
  */
 extern int writeback_order_after_held (struct snapfg_engine *e, int op,
                                        const void *buf, uint32_t count,
@@ -105,6 +106,8 @@ extern void writeback_drain (struct snapfg_engine *e);
 /* Origin reads: the held writes overlapping [offset, offset+count),
  * taken before the origin is read and laid over what it returned after.
  * writeback_read_begin returns 0, or -ENOMEM (no view: fail the read).
+ * writeback_read_end (ok: the origin read succeeded) returns 0, or the
+ * error of reading a held write back (logged: fail the read).
  */
 struct held_view {
   struct held_write **w;
@@ -114,8 +117,8 @@ struct held_view {
 };
 extern int writeback_read_begin (struct snapfg_engine *e, uint32_t count,
                                   uint64_t offset, struct held_view *v);
-extern void writeback_read_end (struct snapfg_engine *e,
-                                struct held_view *v, void *buf,
-                                uint32_t count, uint64_t offset, bool ok);
+extern int writeback_read_end (struct snapfg_engine *e,
+                               struct held_view *v, void *buf,
+                               uint32_t count, uint64_t offset, bool ok);
 
 #endif
