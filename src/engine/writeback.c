@@ -300,10 +300,10 @@ writeback_cost (int op, uint32_t count)
  * durable, and it is the process's own (in held-file.c's memory file).
  * It lets a burst of first writes run at page-cache speed until
  * writeback-max is full; after that they go at the disk's speed (two
- * writes of every byte, the copy and the new data).  The kernel lets dirty pages reach a
- * tenth of the memory before it even starts writing them back
- * (dirty_background_ratio): a sixteenth keeps held data under that,
- * with room for the page cache's own.  1G (on a 2-core 24 GiB server,
+ * writes of every byte, the copy and the new data).  The kernel lets
+ * dirty pages reach a tenth of the memory before it even starts writing
+ * them back (dirty_background_ratio): a sixteenth keeps held data under
+ * that, with room for the page cache's own.  1G (on a 2-core 24 GiB server,
  * a sixteenth would be 1.5G) takes a 300 MB/s disk about 7 s to commit
  * (two writes of every byte): more would only keep more at stake until
  * a flush.
@@ -440,6 +440,7 @@ round_wanted_now (const struct writeback *wb)
     round_is_full (wb);
 }
 
+/* Writes that cost this much or more look for room before their copy. */
 #define LOOK_FIRST_COST (128 * 1024)
 
 struct held_write *
