@@ -37,10 +37,21 @@
 
 #define HELD_PAGE 4096
 
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U   /* Linux 6.3; glibc 2.36's headers lack it */
+#endif
+
 int
 held_file_open (struct held_file *hf)
 {
-  hf->fd = memfd_create ("snapfg-held", MFD_CLOEXEC);
+  /* Never executable: what vm.memfd_noexec=2 asks of every memfd.  A
+   * kernel before 6.3 does not know the flag (EINVAL).
+   */
+  hf->fd = memfd_create ("snapfg-held", MFD_CLOEXEC | MFD_NOEXEC_SEAL);
+  if (hf->fd == -1 && errno != EINVAL)
+    return -errno;
+  if (hf->fd == -1)
+    hf->fd = memfd_create ("snapfg-held", MFD_CLOEXEC);
   if (hf->fd == -1)
     return -errno;
   atomic_init (&hf->next, 0);
