@@ -126,8 +126,7 @@ struct writeback {
   atomic_bool idle;               /* the committer waits for work */
   bool gathering;                 /* the committer gathers a round */
   struct held_file file;          /* the held data */
-  void *bounce;                   /* the committer's, for held data */
-  size_t bounce_size;
+  void *bounce;                   /* the committer's: BOUNCE_SIZE */
   /* Copy-out batches for the next round (copy-out.h). */
   struct deferred_copy *copies, *copies_last;
   /* Batches copied and published while paused (the test hook), for the
@@ -370,8 +369,9 @@ held_new (struct writeback *wb, int op, const void *buf, uint32_t count,
   if (op == ORIGIN_WRITE) {
     *r = held_file_store (&wb->file, buf, count, &h->data_off);
     if (*r < 0) {
-      snapfg_error ("writeback: cannot hold %" PRIu32 " bytes of new data "
-                    "in memory: %s", count, strerror (-*r));
+      snapfg_error ("origin=%s: write of %" PRIu32 " bytes at %" PRIu64
+                    " failed: cannot hold its new data in memory: %s",
+                    wb->e->origin.path, count, offset, strerror (-*r));
       free (h);
       return NULL;
     }
@@ -1231,7 +1231,6 @@ writeback_open (struct snapfg_engine *e, bool on, uint64_t max)
       writeback_free (wb);
       return -ENOMEM;
     }
-    wb->bounce_size = BOUNCE_SIZE;
   }
   env = getenv ("SNAPFG_TEST_WRITEBACK_PAUSE");
   if (env && *env && (wb->pause_path = strdup (env)) == NULL) {
