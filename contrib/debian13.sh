@@ -204,7 +204,7 @@ st=0
 in_root bash -c "cd /src && contrib/run.sh $cmd" || st=$?
 say "contrib/run.sh $cmd in Debian 13: status $st, $((SECONDS - t0)) s (whole stage $((SECONDS - t_all)) s)"
 if [ "$st" -ne 0 ]; then
-    for f in test-suite.log guest-suite.log; do
+    for f in test-suite.log guest-suite.log failures.txt; do
         [ -f "$root/src/$f" ] && cp "$root/src/$f" "$top/debian13-$f"
     done
     say "the failing runs' logs are in $top/debian13-*.log"

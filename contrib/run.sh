@@ -192,4 +192,29 @@ if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
     failed=1
 fi
 echo "snapfg: $passed passed, $failed failed, $skipped skipped"
+
+# A digest of what failed, last, so that the end of a long CI log says
+# which check it was (the suite logs come first and get cut): for every
+# failed test, its lines that name a failure and its last lines.  Kept
+# in failures.txt for .ci/run to print again at its own end.
+digest() {
+    local trs log
+    while IFS= read -r trs; do
+        grep -Eq '^:test-result: (FAIL|ERROR|XPASS)' "$trs" || continue
+        log=${trs%.trs}.log
+        echo "--- ${log#"$top"/}"
+        grep -E 'FAIL|not ok|[Ee]rror|Assertion|Sanitizer' "$log" 2>/dev/null |
+            grep -v '^PASS' | head -n 15 | cut -c1-600
+        echo "  (last lines)"
+        tail -n 3 "$log" 2>/dev/null | cut -c1-600
+    done < <(find "$top" -name '*.trs' -newer "$top/configure" 2>/dev/null | sort)
+}
+rm -f "$top/failures.txt"
+if [ "$status" -ne 0 ]; then
+    digest >"$top/failures.txt" || true
+    if [ -s "$top/failures.txt" ]; then
+        say "what failed:"
+        cat "$top/failures.txt"
+    fi
+fi
 exit "$status"

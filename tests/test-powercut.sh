@@ -85,13 +85,15 @@ else:
 
 # boot_disks [PLUGIN-ARGS...]: the disks' nbdkit on the images, and
 # with SNAPFG_POWERCUT_VIA=files their exports as files.  Sets disk_o
-# and disk_c, what snapfg's origin= and cow= name.
+# and disk_c, what snapfg's origin= and cow= name, and disk_o_dev, the
+# device number of the origin file's file system (files only).
 boot_disks() {
     start_disks "$dsock" disk=origin:"$oimg" disk=cow:"$cimg" "$@"
     if [ "$via" = files ]; then
         mount_disk_file "$tmpdir/disk-origin" "$(uri "$dsock" origin)"
         mount_disk_file "$tmpdir/disk-cow" "$(uri "$dsock" cow)"
         disk_o=$tmpdir/disk-origin/nbd disk_c=$tmpdir/disk-cow/nbd
+        disk_o_dev=$(stat -c %d "$disk_o")
     else
         disk_o=$(uri "$dsock" origin) disk_c=$(uri "$dsock" cow)
     fi
@@ -114,7 +116,7 @@ round() {
     local name=$1 chunk=$2 maxlen=$3 wb=$4 dur=$5 merge=$6
     local rseed=$((seed + nround * 7919)) after t0=$SECONDS
     local trig="$tmpdir/trigger" rep="$tmpdir/report" wlog="$tmpdir/writes.log"
-    local params=() state st
+    local params=() restart=() state st dev_before=
     nround=$((nround + 1))
     local what="round $nround ($name; seed $rseed)"
     info "=== $what"
@@ -129,6 +131,7 @@ round() {
     [ "$dur" = sync ] || params+=(durability="$dur")
     params+=(writeback="$wb")
     export SNAPFG_TEST_BOOT_ID="powercut-$rseed-boot-1"
+    [ "$via" != files ] || dev_before=$disk_o_dev
     if [ "$merge" = no ]; then
         start_snapfg "$sock" "$pid" "${params[@]}"
     else
@@ -179,7 +182,18 @@ round() {
     export SNAPFG_TEST_BOOT_ID="powercut-$rseed-boot-2"
     local fails_before=0
     [ ! -f "$tmpdir/check-failures" ] || fails_before=$(wc -l <"$tmpdir/check-failures")
-    if ! restart_snapfg "${params[@]}"; then
+    restart=("${params[@]}")
+    if [ -n "$dev_before" ] && [ "$disk_o_dev" != "$dev_before" ]; then
+        # Each mount of a FUSE file system gets the next free device
+        # number, and a test running beside this one may have taken the
+        # last one: the origin's disk came back renumbered, as a disk can
+        # at a boot.  snapfg refuses that (the origin might have been
+        # replaced) until it is told, as the man page says, that the
+        # origin only moved.
+        restart+=(origin-moved=true)
+        info "$what: the origin's file system came back as device $disk_o_dev (it was $dev_before): restarting with origin-moved=true"
+    fi
+    if ! restart_snapfg "${restart[@]}"; then
         if [ "$dur" = flush ]; then
             info "ok: $what: snapfg refuses the store after the cut (allowed with durability=flush): $(tail -n 1 "$pid.log")"
         else
