@@ -354,9 +354,10 @@ log_not_held (struct writeback *wb, int err, uint32_t count, uint64_t offset)
   if ((n & (n - 1)) != 0)
     return;
   snapfg_error ("origin=%s: the write of %" PRIu32 " bytes at %" PRIu64
-                " could not be held in memory (%s): it is written to the "
-                "origin after its snapshots' copies are durable, as with "
-                "writeback=off (%" PRIu64 " write%s so far)",
+                " could not be held in memory (%s): it is made as with "
+                "writeback=off, after its snapshots' copies are durable and "
+                "any held write it overlaps is applied (%" PRIu64 " write%s "
+                "so far)",
                 wb->e->origin.path, count, offset, strerror (err), n,
                 n == 1 ? "" : "s");
 }
