@@ -21,6 +21,11 @@
 #  2. Backpressure: writeback-max=64K and the committer paused: a writer
 #     waits for room (stats), never fails; held bytes stay within the
 #     limit; once the committer goes on every write lands.
+#  2b. No memory to hold a write (SNAPFG_TEST_FAIL_AT=held-data): the
+#     request still succeeds.  A first write goes the way writeback=off
+#     takes (on the origin file when it returns, the committer paused),
+#     and a write over a held one waits until that is applied and lands
+#     after it; logged; after a flush the file is right.
 #  3. A clean stop applies and syncs everything held.
 #  3b. The committer's copies go into the COW file with O_DIRECT where
 #     its file system takes it (an open file with O_DIRECT on the COW
@@ -196,6 +201,24 @@ stop_nbdkit "$pid"
 files_equal "$origin" "$model" "backpressure: origin file"
 
 # ---- 3. a clean stop applies what is held -----------------------------
+info "=== 2b. no memory to hold a write: it is written as with writeback=off"
+for case in FIRST OVER; do
+    fresh
+    touch "$pause"
+    n=$([ "$case" = FIRST ] && echo 1 || echo 3)
+    SNAPFG_TEST_FAIL_AT=held-data:$n SNAPFG_TEST_WRITEBACK_PAUSE="$pause" \
+        start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+    wbio not-held "$sock" "$origin" "$pristine" "$model" "$pause" "$case" ||
+        check_fail "$case: a write that could not be held failed"
+    if grep -q "could not be held in memory" "$pid.log"; then
+        info "ok: $case: the log says the write could not be held: $(grep -m1 'could not be held' "$pid.log" | cut -c1-160)"
+    else
+        check_fail "$case: nothing in the log says a write could not be held"
+    fi
+    stop_nbdkit "$pid"
+    files_equal "$origin" "$model" "$case: after the stop the origin file holds every write"
+done
+
 info "=== 3. a clean stop applies and syncs held writes"
 fresh
 touch "$pause"

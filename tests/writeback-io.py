@@ -48,6 +48,17 @@ itself (read directly, byte for byte), prints "ok ..." lines and exits
       connection open before fails with EIO, the one after succeeds;
       origin and snapshot read the pristine data there; A written again
       lands.
+  not-held SOCK ORIGIN PRISTINE MODEL PAUSE FIRST|OVER
+      The server runs with SNAPFG_TEST_FAIL_AT=held-data:1 (FIRST) or
+      :3 (OVER), the committer paused: storing that write's data fails,
+      as when memory runs out.  FIRST: a first write that cannot be held
+      goes the way writeback=off takes: it is on the origin file when it
+      returns, the snapshot keeps the old data; a first write after it
+      is held again.  OVER: after two held writes, a write within
+      their chunks that cannot be held itself waits until they are
+      applied (it does not return while the committer is paused), then
+      lands after them.  Either way the request succeeds, and after a flush the file holds
+      every write in order.
   write SOCK OFFSET LENGTH BYTE
       One write, no flush.
 """
@@ -306,6 +317,73 @@ def cmd_copy_read_fails(sock, pristine, pause, trigger):
         close(h)
 
 
+def cmd_not_held(sock, origin, pristine, model_path, pause, case):
+    model = load(model_path)
+    orig = load(pristine)
+    a = connect_unix(sock, "origin")
+    s = connect_unix(sock, "snapshot")
+    M = 1024 * 1024
+
+    if case == "FIRST":
+        x = os.urandom(4096)
+        a.pwrite(x, 1 * M)
+        model[1 * M:1 * M + 4096] = x
+        check("a first write that cannot be held is on the origin file "
+              "when it returns (the committer is paused)",
+              read_file(origin, 1 * M, 4096) == x)
+        check("it reads back", a.pread(4096, 1 * M) == x)
+        check("the snapshot keeps the old data there",
+              s.pread(4096, 1 * M) == bytes(orig[1 * M:1 * M + 4096]))
+        y = os.urandom(4096)
+        a.pwrite(y, 2 * M)
+        model[2 * M:2 * M + 4096] = y
+        check("the next first write is held again (not on the file yet)",
+              read_file(origin, 2 * M, 4096) == bytes(orig[2 * M:2 * M + 4096]))
+        check("it reads back", a.pread(4096, 2 * M) == y)
+        os.unlink(pause)
+    else:
+        x = os.urandom(8192)
+        a.pwrite(x, 1 * M)
+        model[1 * M:1 * M + 8192] = x
+        # A second write within it waits for the first one's copy (the
+        # paused committer makes it for a writer that waits), and is
+        # held behind it.
+        w = os.urandom(1024)
+        a.pwrite(w, 1 * M + 512)
+        model[1 * M + 512:1 * M + 1536] = w
+        check("the first two writes are held (not on the file yet)",
+              read_file(origin, 1 * M, 8192) == bytes(orig[1 * M:1 * M + 8192]))
+        # A third within them, its chunks copied now, on another
+        # connection, cannot be held: it can only go after them.
+        b = connect_unix(sock, "origin")
+        y = os.urandom(4096)
+        cookie = b.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(y)),
+                              1 * M + 2048)
+        model[1 * M + 2048:1 * M + 6144] = y
+        for _ in range(20):
+            b.poll(100)
+        done = b.aio_command_completed(cookie)
+        check("a write over a held one that cannot be held waits while the "
+              "committer is paused", not done)
+        os.unlink(pause)
+        while not done:
+            b.poll(-1)
+            done = b.aio_command_completed(cookie)
+        check("once the held write is applied it lands after it: the file "
+              "holds both, in order, when it returns",
+              read_file(origin, 1 * M, 8192) == bytes(model[1 * M:1 * M + 8192]))
+        check("both read back in order",
+              a.pread(8192, 1 * M) == bytes(model[1 * M:1 * M + 8192]))
+        close(b)
+    a.flush()
+    check("after a flush the origin file holds every write, byte for byte",
+          load(origin) == model)
+    check("the snapshot is pristine", s.pread(len(orig), 0) == bytes(orig))
+    for h in (a, s):
+        close(h)
+    save(model_path, model)
+
+
 def cmd_write(sock, off, n, byte):
     h = connect_unix(sock, "origin")
     h.pwrite(bytes([byte]) * n, off)
@@ -328,6 +406,8 @@ def main():
         cmd_flush_fails(*args)
     elif cmd == "copy-read-fails":
         cmd_copy_read_fails(*args)
+    elif cmd == "not-held":
+        cmd_not_held(*args)
     elif cmd == "write":
         cmd_write(args[0], int(args[1], 0), int(args[2], 0), int(args[3], 0))
     else:

@@ -30,6 +30,7 @@ enum fault_point {
 enum fail_point {
   FAIL_NONE,
   FAIL_SNAPSHOT_LIST,          /* growing the engine's list of snapshots */
+  FAIL_HELD_DATA,              /* holding a write's data (write-back) */
 };
 
 struct engine_test_hooks {

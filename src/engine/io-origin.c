@@ -142,13 +142,19 @@ origin_change_past_end (struct snapfg_engine *e, uint32_t count,
   return engine_origin_shrunk (e, -EIO, offset + count);
 }
 
+static int change_origin_in_order (struct snapfg_engine *e,
+                                   enum origin_op op, const void *buf,
+                                   uint32_t count, uint64_t offset,
+                                   unsigned flags);
+
 /* A first write under write-back: registered as held before its
  * copy-outs, which are left to the committer (their chunks claimed),
  * acknowledged at once.  An origin read error in one of those copies is
  * returned here if the committer met it before the acknowledgement;
  * after it, the write is dropped and the next flush fails (writeback.h).
  * Returns 0 (held), -EAGAIN (no room: the caller waits for it with no
- * lock held and tries again), or an error.
+ * lock held and tries again), or an error.  With no memory to hold it,
+ * the change is made as writeback=off makes it.
  */
 static int
 hold_first_write (struct snapfg_engine *e, enum origin_op op,
@@ -166,7 +172,8 @@ hold_first_write (struct snapfg_engine *e, enum origin_op op,
     return -EIO;
   h = writeback_hold_first (e, op, buf, count, offset, flags, &r);
   if (h == NULL)
-    return r;
+    return r == 1 ? change_origin_in_order (e, op, buf, count, offset, flags)
+      : r;
   r = prepare_origin_change (e, count, offset, h);
   if (r == 0) {
     track_origin_change (e, count, offset, flags);

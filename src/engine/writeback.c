@@ -151,6 +151,7 @@ struct writeback {
   /* Statistics. */
   atomic_uint_least64_t rounds, round_exceptions, max_round;
   atomic_uint_least64_t room_waits, origin_errors;
+  atomic_uint_least64_t not_held;   /* no memory to hold them (logged) */
 };
 
 static unsigned
@@ -340,8 +341,30 @@ writeback_active (const struct snapfg_engine *e)
   return e->wb && e->wb->running;
 }
 
+/* Memory for a held write could not be had (err): say so, and that the
+ * write goes the way writeback=off takes, which needs no held copy.
+ * The first time, then at every power of two, so that a machine short
+ * of memory for a while logs a few lines, not one per write.
+ */
+static void
+log_not_held (struct writeback *wb, int err, uint32_t count, uint64_t offset)
+{
+  uint64_t n = atomic_fetch_add (&wb->not_held, 1) + 1;
+
+  if ((n & (n - 1)) != 0)
+    return;
+  snapfg_error ("origin=%s: the write of %" PRIu32 " bytes at %" PRIu64
+                " could not be held in memory (%s): it is made as with "
+                "writeback=off, after its snapshots' copies are durable and "
+                "any held write it overlaps is applied (%" PRIu64 " write%s "
+                "so far)",
+                wb->e->origin.path, count, offset, strerror (err), n,
+                n == 1 ? "" : "s");
+}
+
 /* A held write of the request, its data copied into the held file.
- * Returns NULL with *r set (-ENOMEM, or the held file's error).
+ * Returns NULL with *r set (-ENOMEM, or the held file's error), after
+ * log_not_held: the callers then take the path that holds nothing.
  */
 static struct held_write *
 held_new (struct writeback *wb, int op, const void *buf, uint32_t count,
@@ -351,6 +374,7 @@ held_new (struct writeback *wb, int op, const void *buf, uint32_t count,
 
   if (h == NULL) {
     *r = -ENOMEM;
+    log_not_held (wb, ENOMEM, count, offset);
     return NULL;
   }
   h->next = NULL;
@@ -367,11 +391,10 @@ held_new (struct writeback *wb, int op, const void *buf, uint32_t count,
   h->data_off = 0;
   h->data_extent = 0;
   if (op == ORIGIN_WRITE) {
-    *r = held_file_store (&wb->file, buf, count, &h->data_off);
+    *r = engine_fail_point (wb->e, FAIL_HELD_DATA) ? -ENOMEM
+      : held_file_store (&wb->file, buf, count, &h->data_off);
     if (*r < 0) {
-      snapfg_error ("origin=%s: write of %" PRIu32 " bytes at %" PRIu64
-                    " failed: cannot hold its new data in memory: %s",
-                    wb->e->origin.path, count, offset, strerror (-*r));
+      log_not_held (wb, -*r, count, offset);
       free (h);
       return NULL;
     }
@@ -467,8 +490,10 @@ writeback_hold_first (struct snapfg_engine *e, int op, const void *buf,
   }
 
   h = held_new (wb, op, buf, count, offset, flags, r);
-  if (h == NULL)
+  if (h == NULL) {
+    *r = 1;                     /* no memory for it: not held */
     return NULL;
+  }
   pthread_mutex_lock (&wb->lock);
   if (!has_room (wb, h->cost)) {
     pthread_mutex_unlock (&wb->lock);
@@ -613,9 +638,15 @@ writeback_order_after_held (struct snapfg_engine *e, int op, const void *buf,
   pthread_mutex_unlock (&wb->lock);
 
   h = held_new (wb, op, buf, count, offset, flags, &r);
-  if (h == NULL)
-    return r;
   pthread_mutex_lock (&wb->lock);
+  if (h == NULL) {
+    /* No memory to hold it: it goes to the origin itself, after the
+     * writes it overlaps, as one with no room does.
+     */
+    wait_applied_locked (wb, wb->last_seq);
+    pthread_mutex_unlock (&wb->lock);
+    return 0;
+  }
   if (!index_overlaps (wb, offset, count)) {
     /* Applied meanwhile: nothing to go after any more. */
     pthread_mutex_unlock (&wb->lock);

@@ -46,8 +46,10 @@ extern uint64_t writeback_cost (int op, uint32_t count);
 extern uint64_t writeback_max (const struct snapfg_engine *e);
 
 /* Register a first write (op: enum origin_op) as held, before its
- * copy-outs: NULL with *r = -EAGAIN when there is no room (release the
- * geometry lock, writeback_wait_room, try again) or -ENOMEM.
+ * copy-outs.  NULL with *r = -EAGAIN when there is no room (release the
+ * geometry lock, writeback_wait_room, try again), or with *r = 1 when
+ * there is no memory to hold it (logged): the caller changes the origin
+ * as writeback=off does, its copies made durable first.
  */
 extern struct held_write *writeback_hold_first (struct snapfg_engine *e,
                                                 int op, const void *buf,
@@ -70,8 +72,8 @@ extern void writeback_cancel (struct snapfg_engine *e, struct held_write *h);
  * overlaps held writes it must reach the origin after them.  Returns 1
  * if it is now held behind them (done, as far as the client goes), 0 if
  * the caller applies it to the origin itself (nothing held overlaps, or
- * this waited until the overlapping writes were applied), or -errno
- * (-ENOMEM, or the held file's error).
+ * this waited until the overlapping writes were applied, or there was
+ * no memory to hold it: logged).
  */
 extern int writeback_order_after_held (struct snapfg_engine *e, int op,
                                        const void *buf, uint32_t count,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <unistd.h>
 
@@ -75,6 +76,20 @@ tool_parse_progress (const char *word, enum tool_progress_mode *mode)
     *mode = TOOL_PROGRESS_NEVER;
   else
     return -1;
+  return 0;
+}
+
+int
+tool_parse_timeout (const char *word, int min, int *seconds)
+{
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol (word, &end, 10);
+  if (errno || end == word || *end || v < min || v > TOOL_MAX_TIMEOUT)
+    return -1;
+  *seconds = v;
   return 0;
 }
 

@@ -50,6 +50,12 @@ extern void tool_info (const char *fmt, ...)
 extern int tool_parse_progress (const char *word,
                                 enum tool_progress_mode *mode);
 
+/* --timeout=SECONDS: a whole number from min to TOOL_MAX_TIMEOUT into
+ * *seconds, or -1.
+ */
+#define TOOL_MAX_TIMEOUT 86400
+extern int tool_parse_timeout (const char *word, int min, int *seconds);
+
 /* Print OBJ (consumed) as one line on stdout.  When STATUS is not 0,
  * "ok": false, "exit_status" and "error" (the last tool_error, unless
  * OBJ has one) are added; NULL makes a new object.

@@ -204,19 +204,13 @@ main (int argc, char *argv[])
         return EXIT_USAGE;
       }
       break;
-    case OPT_TIMEOUT: {
-      char *end;
-      long v;
-      errno = 0;
-      v = strtol (optarg, &end, 10);
-      if (errno || end == optarg || *end || v < 1 || v > 86400) {
+    case OPT_TIMEOUT:
+      if (tool_parse_timeout (optarg, 1, &o.timeout) == -1) {
         fprintf (stderr, "snapfg-backup: --timeout: not a number of seconds "
-                 "(1 to 86400): %s\n", optarg);
+                 "(1 to %d): %s\n", TOOL_MAX_TIMEOUT, optarg);
         return EXIT_USAGE;
       }
-      o.timeout = v;
       break;
-    }
     case OPT_COMPRESS:
       o.compress = optarg ? optarg : "zstd";
       if (strcmp (o.compress, "zstd") != 0 && strcmp (o.compress, "zlib") != 0) {

@@ -151,19 +151,13 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
         return -1;
       }
       break;
-    case OPT_TIMEOUT: {
-      char *end;
-      long v;
-      errno = 0;
-      v = strtol (optarg, &end, 10);
-      if (errno || end == optarg || *end || v < 0 || v > 86400) {
+    case OPT_TIMEOUT:
+      if (tool_parse_timeout (optarg, 0, &cl->timeout) == -1) {
         fprintf (stderr, "snapfgctl: --timeout: not a number of seconds "
-                 "(0 for none, at most 86400): %s\n", optarg);
+                 "(0 for none, at most %d): %s\n", TOOL_MAX_TIMEOUT, optarg);
         return -1;
       }
-      cl->timeout = v;
       break;
-    }
     default:
       if (c >= OPT_TABLE && c < OPT_TABLE + (int) cl->nopts) {
         struct option_value *o = &cl->opts[c - OPT_TABLE];
