@@ -194,7 +194,10 @@ round() {
         info "$what: the origin's file system came back as device $disk_o_dev (it was $dev_before): restarting with origin-moved=true"
     fi
     if ! restart_snapfg "${restart[@]}"; then
-        if [ "$dur" = flush ]; then
+        if grep -qE 'origin was replaced|belongs to another origin' "$pid.log"; then
+            # Not what a cut does: the disks came back other than they were.
+            check_fail "$what: snapfg refuses the origin after the cut: $(tail -n 1 "$pid.log")"
+        elif [ "$dur" = flush ]; then
             info "ok: $what: snapfg refuses the store after the cut (allowed with durability=flush): $(tail -n 1 "$pid.log")"
         else
             check_fail "$what: snapfg does not start after the cut: $(tail -n 3 "$pid.log")"
