@@ -162,4 +162,4 @@ run_ok 4
     check_fail "checkpoints after run 4: $(our_checkpoints "$ctl" | tr '\n' ' ')"
 pgrep -f -- "-p $port " >/dev/null && check_fail "an ssh of the runs is still running: $(pgrep -af -- "-p $port ")"
 
-info "ok: all checks"
+finish

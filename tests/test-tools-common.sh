@@ -5,7 +5,9 @@
 #
 # - one table of exit statuses: an unreachable server is 4 in both (not
 #   3, snapfg-backup's "incremental impossible"); a socket that accepts
-#   but never answers is 5 in both, after --timeout seconds;
+#   but never answers is 5 in both, after --timeout seconds; a --timeout
+#   out of range (snapfgctl 0 to 86400, snapfg-backup 1 to 86400) is a
+#   usage error (2) that names the value;
 # - -V and --version in both;
 # - --json: one JSON object on stdout, also when the command failed
 #   (with "exit_status" and "error"); a backup run's object has its
@@ -70,6 +72,20 @@ expect_status "snapfg-backup, no NBD server" 4 \
     "$SNAPFG_BACKUP" -S "$ctl" -u "$(uri "$nosock")" backup "$tmpdir/nonbd"
 [ -z "$(our_snapshots "$ctl")$(our_checkpoints "$ctl")" ] ||
     check_fail "a run without its NBD server left $(our_snapshots "$ctl") $(our_checkpoints "$ctl")"
+
+# --- --timeout values out of range: a usage error (2) naming the value ---
+for v in x -1 86401 2s; do
+    expect_status "snapfgctl --timeout=$v" 2 "$SNAPFGCTL" --timeout="$v" -S "$ctl" status
+    grep -qF "snapfgctl: --timeout: not a number of seconds (0 for none, at most 86400): $v" "$tmpdir/err" ||
+        check_fail "snapfgctl --timeout=$v: $(cat "$tmpdir/err")"
+done
+for v in x 0 86401; do
+    expect_status "snapfg-backup --timeout=$v" 2 \
+        "$SNAPFG_BACKUP" --timeout="$v" -S "$ctl" -u "$origin" backup "$tmpdir/badtimeout"
+    grep -qF "snapfg-backup: --timeout: not a number of seconds (1 to 86400): $v" "$tmpdir/err" ||
+        check_fail "snapfg-backup --timeout=$v: $(cat "$tmpdir/err")"
+done
+[ ! -e "$tmpdir/badtimeout" ] || check_fail "a refused --timeout created the backup directory"
 
 # --- a socket that accepts but never answers: --timeout, status 5 -------
 mute="$tmpdir/mute.sock"
@@ -175,4 +191,4 @@ grep -q '^merging m: [0-9]* of [0-9]* chunks' "$tmpdir/err" ||
 expect_status "snapfgctl --progress=sometimes" 2 "$SNAPFGCTL" -S "$mctl" status --progress=sometimes
 stop_nbdkit "$mpid"
 
-info "ok: all checks"
+finish
