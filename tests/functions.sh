@@ -115,6 +115,10 @@ tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/snapfg-${test_name}.XXXXXX")
 # no two tests share one.  ($held_dir for the tests that look into it.)
 held_dir=$(mktemp -d /dev/shm/snapfg-${test_name}.XXXXXX)
 export RUNTIME_DIRECTORY=$held_dir
+# lose_tmpfs: what a crash of the system or a power cut does to tmpfs:
+# write-back's held files are gone (the writes no flush covered are lost,
+# as the NBD contract allows).  A test that plays a reboot calls it.
+lose_tmpfs() { rm -f "$held_dir"/snapfg-held-*; }
 declare -A _nbdkit_pids=()     # pidfile -> pid of the nbdkit we started
 declare -A _nbdkit_logs=()     # pidfile -> its stderr log
 _cleanup_hooks=()

@@ -136,6 +136,7 @@ def cmd_check(a):
                     cand[sec] = [entry]
                 else:
                     cand.setdefault(sec, [None]).append(entry)
+        cache = {}                  # seq -> its data, made once
         for sec, cs in cand.items():
             got = img[sec * SECTOR:(sec + 1) * SECTOR]
             ok = False
@@ -145,8 +146,9 @@ def cmd_check(a):
                 else:
                     s, op, offset = c
                     if op == "W":
-                        length = ops[s][2]
-                        d = op_data(seed, s, length)
+                        d = cache.get(s)
+                        if d is None:
+                            d = cache[s] = op_data(seed, s, ops[s][2])
                         at = sec * SECTOR - offset
                         want = d[at:at + SECTOR]
                     else:

@@ -102,13 +102,14 @@ stat_field() {
         "[x for x in d['exports'] if x['export'] == 'origin'][0]['$1']"
 }
 
-# held_file_kib: the KiB of the server's held-data memory file (its data
-# lives there, not in the heap: held-file.c), or nothing if it has none.
+# held_file_kib: the KiB of the server's held file (held data lives
+# there, on tmpfs, not in the heap: held-file.c), or nothing if it has
+# none.
 held_file_kib() {
     local f
     for f in /proc/"$(cat "$pid")"/fd/*; do
         case $(readlink "$f" 2>/dev/null) in
-            /memfd:snapfg-held*) echo $(( $(stat -L -c %b "$f") / 2 )); return ;;
+            */snapfg-held-*) echo $(( $(stat -L -c %b "$f") / 2 )); return ;;
         esac
     done
 }
