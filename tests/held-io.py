@@ -18,11 +18,13 @@ crash of the server, with writeback=on as with writeback=off.
       seed: the checker regenerates it.
 
   held-io.py check IMAGE PRISTINE --seed N --log FILE [--seed N --log FILE]
+             [--untouched]
       For every 512-byte sector the writers' logs touched, the image must
       hold what the last acknowledged request over it left there, or
       what a request sent after it and never acknowledged (in flight when
-      the server died) would have.  Prints how many requests were
-      acknowledged and checked.
+      the server died) would have.  With --untouched, every other sector
+      must be PRISTINE's.  Prints how many requests were acknowledged and
+      checked.
 """
 
 import argparse
@@ -120,6 +122,7 @@ def cmd_check(a):
         sys.exit("check: give one --seed per --log")
     total_acked = 0
     bad = []
+    touched = set()
     for seed, path in zip(a.seed, a.log):
         ops, order, acked = read_log(path)
         total_acked += len(acked)
@@ -136,6 +139,7 @@ def cmd_check(a):
                     cand[sec] = [entry]
                 else:
                     cand.setdefault(sec, [None]).append(entry)
+        touched.update(cand.keys())
         cache = {}                  # seq -> its data, made once
         for sec, cs in cand.items():
             got = img[sec * SECTOR:(sec + 1) * SECTOR]
@@ -158,6 +162,13 @@ def cmd_check(a):
                     break
             if not ok:
                 bad.append((seed, sec, cs[-1]))
+    if a.untouched:
+        n = min(len(img), len(pristine)) // SECTOR
+        for sec in range(n):
+            if sec not in touched and \
+               img[sec * SECTOR:(sec + 1) * SECTOR] != pristine[sec * SECTOR:(sec + 1) * SECTOR]:
+                sys.exit("sector %d (byte %d) changed although no writer "
+                         "touched it" % (sec, sec * SECTOR))
     if bad:
         seed, sec, last = bad[0]
         sys.exit("%d sectors do not hold what the acknowledged requests left "
@@ -185,6 +196,7 @@ def main():
     s.add_argument("pristine")
     s.add_argument("--seed", type=int, action="append", default=[])
     s.add_argument("--log", action="append", default=[])
+    s.add_argument("--untouched", action="store_true")
     s.set_defaults(fn=cmd_check)
     a = p.parse_args()
     a.fn(a)

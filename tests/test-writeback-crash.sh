@@ -29,7 +29,9 @@ HIO="$top_srcdir/tests/held-io.py"
 size=$((32 * 1024 * 1024))
 CS=4096
 nwriters=3
-region_len=$((size / nwriters / CS * CS))
+# The writers share the first three quarters; the merge round writes the
+# last quarter before its merge.
+region_len=$((size / 4 / CS * CS))
 make_random_image "$origin" "$size"
 cp "$origin" "$pristine"
 
@@ -47,12 +49,14 @@ crash_round() {
     if [ "$pause" = pause ]; then
         touch "$pausefile"
         SNAPFG_TEST_WRITEBACK_PAUSE="$pausefile" \
-            start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" \
+            start_snapfg "$sock" "$pid" origin="$origin" ${cow:+cow="$cow"} \
             writeback="$wb" control="$ctlsock" "$@"
     else
-        start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" \
+        start_snapfg "$sock" "$pid" origin="$origin" ${cow:+cow="$cow"} \
             writeback="$wb" control="$ctlsock" "$@"
     fi
+    # A round's set-up once the server runs (the merge round's).
+    [ -z "${PREP:-}" ] || "$PREP"
     for w in $(seq $nwriters); do
         hio writer "$(uri "$sock" origin)" --seed $((seed + w)) \
             --log "$tmpdir/log-$w" --region "$(( (w - 1) * region_len )):$region_len" \
@@ -84,8 +88,9 @@ crash_round() {
         [ "$(held_files)" -eq 1 ] ||
             check_fail "$name: expected the held file after the crash, found $(held_files)"
     fi
-    start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" writeback="$wb" \
+    start_snapfg "$sock" "$pid" origin="$origin" ${cow:+cow="$cow"} writeback="$wb" \
         control="$ctlsock" "$@"
+    [ -z "${AFTER:-}" ] || "$AFTER"
     if [ "$wb" = on ]; then
         if grep -q "replayed [0-9]* held write" "$pid.log"; then
             info "$name: $(grep -o 'replayed [0-9]* held writes\? ([0-9]* bytes)' "$pid.log")"
@@ -93,11 +98,12 @@ crash_round() {
             check_fail "$name: the restart did not log a replay"
         fi
     fi
-    export_equals "$(uri "$sock" snapshot)" "$pristine" "$name: snapshot == the original"
+    [ -z "$cow" ] ||
+        export_equals "$(uri "$sock" snapshot)" "$pristine" "$name: snapshot == the original"
     stop_nbdkit "$pid"
     [ "$(held_files)" -eq 0 ] ||
         check_fail "$name: a held file is left after a clean stop"
-    if out=$(hio check "$origin" "$pristine" "${logs[@]}" 2>&1); then
+    if out=$(hio check "$origin" "$pristine" "${logs[@]}" ${UNTOUCHED:+--untouched} 2>&1); then
         info "ok: $name: $out"
     else
         check_fail "$name: $out"
@@ -128,6 +134,42 @@ start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" control="$ctlsock" state
     fail "cannot create a checkpoint"
 stop_nbdkit "$pid"
 crash_round "writeback=on, a checkpoint tracking" KILL pause on state="$tmpdir/state.json"
+
+# A merge running: snapshot s1 (the origin's only one) gets exceptions
+# from writes to the last quarter, then its merge starts, slowed down,
+# and the writers write the first three quarters while it runs and when
+# nbdkit dies.  After the restart the merge resumes and ends: the last
+# quarter is s1's again, the rest holds every acknowledged request.
+merge_prep() {
+    "$SNAPFGCTL" -S "$ctlsock" create s1 --cow "$tmpdir/s1.cow" >/dev/null ||
+        fail "merge round: cannot create s1"
+    "$PY" - "$(uri "$sock" origin)" $((3 * region_len)) $((size - 3 * region_len)) <<'PYEOF' ||
+import sys, os, nbd
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+off, n = int(sys.argv[2]), int(sys.argv[3])
+for at in range(off, off + n, 65536):
+    h.pwrite(os.urandom(65536), at)
+h.flush()
+h.shutdown()
+PYEOF
+        fail "merge round: cannot write the last quarter"
+    "$SNAPFGCTL" -S "$ctlsock" merge s1 >/dev/null || fail "merge round: cannot start the merge"
+}
+merge_wait() {
+    for _ in $(seq 600); do
+        "$SNAPFGCTL" -S "$ctlsock" --json list 2>/dev/null | grep -q '"s1"' || return 0
+        sleep 0.1
+    done
+    check_fail "merge round: the merge did not end within 60 s of the restart"
+}
+next_round
+saved_cow=$cow
+cow=
+export SNAPFG_TEST_MERGE_DELAY_US=2000
+PREP=merge_prep AFTER=merge_wait UNTOUCHED=1 \
+    crash_round "writeback=on, a merge running" KILL "" on state="$tmpdir/state.json"
+unset SNAPFG_TEST_MERGE_DELAY_US
+cow=$saved_cow
 
 # writeback=off: the same promise, without a held file.
 for r in 1 2; do
