@@ -380,6 +380,12 @@ held_file_create (struct held_file *hf, const struct held_binding *b,
   };
   int r;
 
+  /* This server's layout (a replayed file's may have been another's). */
+  hf->slots = RING_SLOTS;
+  hf->max_stores = b->max_stores;
+  held_layout_of (hf->slots, hf->max_stores, &hf->layout);
+  h.slots = hf->slots;
+  h.max_stores = hf->max_stores;
   if (nstores > hf->max_stores)
     return -ENOSPC;
   if (!boot_id_read (h.boot_id, sizeof h.boot_id)) {
