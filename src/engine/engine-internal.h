@@ -168,6 +168,13 @@ extern int origin_apply_change (struct snapfg_engine *e, enum origin_op op,
                                 const void *buf, uint32_t count,
                                 uint64_t offset, unsigned flags);
 
+/* Replay the held writes of a held file left by an unclean stop, if
+ * any (writeback.h), through the request path, then sync the origin
+ * (io-origin.c).  Before the committer starts and before any client.
+ * Returns 0 or -errno (logged; the file is kept).
+ */
+extern int origin_replay_held (struct snapfg_engine *e);
+
 /* An origin request ending at 'end' failed with r.  If that is because
  * the origin file shrank under the server, say so (once per new size),
  * invalidate every valid snapshot that had not copied out all of what
