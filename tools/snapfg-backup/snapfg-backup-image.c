@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <endian.h>
 #include <sys/stat.h>
 
@@ -453,6 +454,47 @@ chain_check (int dirfd, const char *dir, json_t *manifest, json_t *run,
  fail:
   chain_free (chain);
   return -1;
+}
+
+int
+key_file_check (const char *path)
+{
+  struct stat st;
+  int fd;
+
+  /* Opened, not only stat'd: a key the tool cannot read is as missing
+   * as one that is not there, and says so before any work starts.
+   */
+  fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (fd == -1 || fstat (fd, &st) == -1) {
+    backup_error ("--key-file %s: %m", path);
+    if (fd >= 0)
+      close (fd);
+    return -1;
+  }
+  close (fd);
+  if (!S_ISREG (st.st_mode)) {
+    backup_error ("--key-file %s: not a regular file", path);
+    return -1;
+  }
+  if (st.st_mode & (S_IRGRP | S_IROTH | S_IWGRP | S_IWOTH))
+    backup_info ("warning: --key-file %s can be read or written by other "
+                 "users (mode %04o): anyone who reads it can read the "
+                 "backups; chmod 600 %s", path,
+                 (unsigned) (st.st_mode & 07777), path);
+  return 0;
+}
+
+int
+key_status (const struct backup_options *o, json_t *run)
+{
+  if (json_is_true (json_object_get (run, "encrypted")) &&
+      o->key_file == NULL) {
+    backup_error ("run %" PRIu64 " is encrypted: give its key with "
+                  "--key-file FILE", json_u64 (run, "seq"));
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
 }
 
 int

@@ -241,6 +241,10 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
     status = EXIT_OK;
     goto checkpoints;
   }
+  status = key_status (o, keep_run);
+  if (status != EXIT_OK)
+    goto out;
+  status = EXIT_FAILED;
   if (run_access (o, keep_run, &a) == -1)
     goto out;
   depth = chain_check (d.fd, dir_path, manifest, keep_run, &chain);

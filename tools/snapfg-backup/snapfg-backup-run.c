@@ -730,27 +730,18 @@ run_record (struct run *r)
   return 0;
 }
 
-/* The checkpoint to keep for differentials: once a run after the
- * latest full is a differential, the full's (the next --diff starts
- * there) until the next full; NULL otherwise.
+/* The checkpoint to keep for differentials: the latest full's (a
+ * --diff starts there), kept beside the last run's for as long as that
+ * full is the chain's latest, so that --diff works after any run, not
+ * only right after the full (the cost: a second bitmap on the server).
+ * NULL when the chain has no full.
  */
 const char *
 diff_checkpoint_to_keep (json_t *runs)
 {
-  json_t *full = latest_full (runs), *v;
-  bool after = false;
-  size_t i;
+  json_t *full = latest_full (runs);
 
-  if (full == NULL)
-    return NULL;
-  json_array_foreach (runs, i, v) {
-    if (v == full)
-      after = true;
-    else if (after && json_str (v, "type") &&
-             strcmp (json_str (v, "type"), "differential") == 0)
-      return diff_checkpoint (full);
-  }
-  return NULL;
+  return full ? diff_checkpoint (full) : NULL;
 }
 
 /* 9. Checkpoints no run needs any more: all of this chain's but this

@@ -127,6 +127,16 @@ verify_run (const struct backup_options *o, struct backup_dir *d,
   return r;
 }
 
+/* Is RUN (index I of RUNS) one that verify checks? */
+static bool
+verify_selected (const struct backup_options *o, json_t *runs, size_t i,
+                 json_t *run)
+{
+  return o->all ? true
+    : o->at > 0 ? json_u64 (run, "seq") == (uint64_t) o->at
+    : i + 1 == json_array_size (runs);
+}
+
 int
 cmd_verify (const struct backup_options *o, const char *dir_path)
 {
@@ -156,12 +166,22 @@ cmd_verify (const struct backup_options *o, const char *dir_path)
     backup_error ("%s: the manifest records no run yet", dir_path), failed++;
   else if (o->at > 0 && manifest_run (manifest, o->at) == NULL)
     backup_error ("%s: no run %ld", dir_path, o->at), failed++;
+  /* A key missing for any run to verify is a usage error, before
+   * any is read (the same status as from every other command).
+   */
+  json_array_foreach (runs, i, run)
+    if (verify_selected (o, runs, i, run) &&
+        key_status (o, run) != EXIT_OK) {
+      json_decref (out);
+      json_decref (manifest);
+      close (d.fd);
+      close (d.lock_fd);
+      return EXIT_USAGE;
+    }
   iso_now (when);
   json_array_foreach (runs, i, run) {
     bool ok;
-    if (o->all ? false
-        : o->at > 0 ? json_u64 (run, "seq") != (uint64_t) o->at
-        : i + 1 != json_array_size (runs))
+    if (!verify_selected (o, runs, i, run))
       continue;
     ok = verify_run (o, &d, manifest, run) == 0;
     checked++;

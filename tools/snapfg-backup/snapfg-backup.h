@@ -400,6 +400,15 @@ extern int sums_compare (const unsigned char *got,
  */
 extern int run_access (const struct backup_options *o, json_t *run,
                        struct image_access *a);
+/* --key-file F as main checks it for every command: F can be opened
+ * and is a regular file (0), or -1 after a message; a key that others
+ * may read is used, with a warning.
+ */
+extern int key_file_check (const char *path);
+/* A run that is encrypted needs --key-file: EXIT_OK, or EXIT_USAGE
+ * after a message (the same status from every command).
+ */
+extern int key_status (const struct backup_options *o, json_t *run);
 /* The checkpoint a next --diff starts from, kept on the server while
  * the chain has differentials after its latest full (NULL: none).
  */
