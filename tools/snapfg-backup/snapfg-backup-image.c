@@ -88,6 +88,7 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
               int *keep_fd)
 {
   char size_arg[32], path[64], secret[PATH_MAX * 2 + 64], opts[256];
+  char what[PATH_MAX + 256];
   char *argv[24];
   size_t n = 0;
   struct stat made, now;
@@ -150,7 +151,8 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
   argv[n++] = path;
   argv[n++] = size_arg;
   argv[n] = NULL;
-  r = run_command (NULL, argv);
+  snprintf (what, sizeof what, "%s/%s", dir, name);
+  r = run_command (NULL, argv, what);
   /* An encrypted image's key derivation is timed by qemu-img, which
    * measures its first round of PBKDF2 in thread CPU time; on kernels
    * with tick-based CPU accounting that round can read as 0 ms, and
@@ -160,7 +162,7 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
    */
   for (int tries = 1; r != 0 && a && a->key_file && !backup_interrupted &&
          tries < 3; ++tries)
-    r = run_command (NULL, argv);
+    r = run_command (NULL, argv, what);
   close (pass);
   if (r == 0 && (fstatat (dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == -1 ||
                  now.st_dev != made.st_dev || now.st_ino != made.st_ino)) {
@@ -271,7 +273,7 @@ output_open (const char *tmp, const char *format, uint64_t size, int *fdp)
   else {
     char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", path,
                      size_arg, NULL };
-    if (run_command (NULL, argv) == -1) {
+    if (run_command (NULL, argv, tmp) == -1) {
       close (pass);
       return NULL;
     }
@@ -454,6 +456,48 @@ chain_check (int dirfd, const char *dir, json_t *manifest, json_t *run,
  fail:
   chain_free (chain);
   return -1;
+}
+
+int
+image_key_check (const char *dir, const char *name,
+                 const struct image_access *a)
+{
+  char path[PATH_MAX], secret[PATH_MAX * 2 + 64], *spec, *json;
+  char *argv[10];
+  size_t n = 0;
+  json_t *opts;
+  int r;
+
+  /* The image alone (no backing chain: the chain shares its key), so
+   * that only one key derivation is paid; qemu-img check, unlike info,
+   * unlocks the image.
+   */
+  snprintf (path, sizeof path, "%s/%s", dir, name);
+  opts = json_pack ("{s:s, s:{s:s, s:s}, s:{s:s}, s:n}",
+                    "driver", "qcow2",
+                    "file", "driver", "file", "filename", path,
+                    "encrypt", "key-secret", KEY_SECRET_ID,
+                    "backing");
+  json = opts ? json_dumps (opts, JSON_COMPACT) : NULL;
+  json_decref (opts);
+  if (json == NULL || asprintf (&spec, "json:%s", json) == -1) {
+    free (json);
+    backup_error ("out of memory");
+    return -1;
+  }
+  free (json);
+  argv[n++] = "qemu-img";
+  argv[n++] = "check";
+  argv[n++] = "-q";
+  add_secret (argv, &n, a, secret, sizeof secret);
+  argv[n++] = spec;
+  argv[n] = NULL;
+  r = run_command (NULL, argv, path);
+  free (spec);
+  if (r == -1)
+    backup_error ("--key-file %s does not open %s: is it the key the "
+                  "chain was made with?", a->key_file, path);
+  return r;
 }
 
 int

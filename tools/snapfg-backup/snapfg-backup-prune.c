@@ -95,7 +95,7 @@ run_qemu_img (const char *dir, const struct image_access *a,
   argv[n++] = "--image-opts";
   argv[n++] = (char *) opts;
   argv[n] = NULL;
-  return run_command (dir, argv);
+  return run_command (dir, argv, dir);
 }
 
 /* Is checkpoint NAME, made by snapfg-backup for the directory OWNER
@@ -357,6 +357,13 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
     json_object_del (keep_run, "empty");
     json_object_set_new (keep_run, "pruned", json_true ());
   }
+  /* A successful verify was of the images as they were: the commit
+   * rewrote the full image under every kept run (a failed one stays
+   * recorded: the damage may be in what was kept).
+   */
+  json_array_foreach (runs, i, v)
+    if (depth > 1 || v == keep_run)
+      json_object_del (v, "verified");
   json_array_foreach (runs, i, v)
     if (json_integer_value (json_object_get (v, "base")) > 0 &&
         json_u64 (v, "base") < json_u64 (keep_run, "seq"))
@@ -366,11 +373,19 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
     goto out;
   }
 
-  /* 5. */
-  json_array_foreach (files, i, v) {
-    const char *f = json_string_value (v);
-    if (!referenced (runs, 0, f) && unlinkat (d.fd, f, 0) == 0 && !o->json)
+  /* 5.  Only what no kept run names goes (an empty run names the image
+   * of the run before it), and only what went is reported.
+   */
+  for (i = 0; i < json_array_size (files); ) {
+    const char *f = json_string_value (json_array_get (files, i));
+    if (referenced (runs, 0, f) ||
+        (unlinkat (d.fd, f, 0) == -1 && errno != ENOENT)) {
+      json_array_remove (files, i);
+      continue;
+    }
+    if (!o->json)
       backup_info ("removed %s", f);
+    i++;
   }
   fsync_dir (d.fd);
   if (!o->json)
