@@ -848,6 +848,18 @@ run_cleanup (struct run *r, bool ok)
     close (r->d.lock_fd);
 }
 
+/* Did the copy fail because the server went away (a connection to it
+ * is dead), rather than because of what it or the image said?
+ */
+static bool
+run_lost_server (struct run *r)
+{
+  for (size_t i = 0; i < r->nsrc; ++i)
+    if (r->src[i] && nbd_aio_is_dead (r->src[i]))
+      return true;
+  return false;
+}
+
 /* --cow-dir: the server runs in "/", so an absolute path; created
  * (0700) if missing.
  */
@@ -898,8 +910,10 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
     status = s;
     goto out;
   }
-  if (!r.empty && run_copy (&r) == -1)
+  if (!r.empty && run_copy (&r) == -1) {
+    status = run_lost_server (&r) ? EXIT_UNREACHABLE : EXIT_FAILED;
     goto out;
+  }
   if (run_record (&r) == -1)
     goto out;
   status = EXIT_OK;
