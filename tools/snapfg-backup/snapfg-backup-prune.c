@@ -139,8 +139,9 @@ orphaned (const char *name, const char *owner)
 /* 6. This chain's checkpoints on the server that no run needs: all but
  * the last run's, and the one a next differential starts from.
  */
-static json_t *
-drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
+json_t *
+drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest,
+                           bool tell_own)
 {
   json_t *runs = json_object_get (manifest, "runs");
   json_t *last = json_array_get (runs, json_array_size (runs) - 1);
@@ -179,7 +180,7 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
       backup_error ("warning: dropping checkpoint %s: %s", n, err);
     else {
       json_array_append_new (dropped, json_string (n));
-      if (!o->json)
+      if (!o->json && (tell_own || strncmp (n, prefix, strlen (prefix)) != 0))
         backup_info ("dropped checkpoint %s (no run needs it%s%s)", n,
                      json_str (v, "owner") ? ", made for " : "",
                      json_str (v, "owner") ? json_str (v, "owner") : "");
@@ -530,7 +531,7 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
   /* 6. */
   if (status == EXIT_OK && o->socket) {
     json_decref (p.dropped);
-    p.dropped = drop_unneeded_checkpoints (o, p.manifest);
+    p.dropped = drop_unneeded_checkpoints (o, p.manifest, true);
   }
   else if (status == EXIT_OK && !o->json)
     backup_info ("the server's checkpoints are not checked: give -S CONTROL "

@@ -85,29 +85,6 @@ drop_checkpoint (const struct backup_options *o, const char *name)
 struct run;
 static int drop_snapshot (struct run *r, const char *name);
 
-/* Names of the server's snapshots or checkpoints that start with PREFIX. */
-static json_t *
-server_names (const struct backup_options *o, enum control_cmd cmd,
-              const char *key, const char *prefix)
-{
-  json_t *req = control_request (cmd);
-  json_t *reply, *out = json_array (), *v;
-  char err[512];
-  size_t i;
-
-  reply = control_call (o, req, err, sizeof err);
-  json_decref (req);
-  if (reply == NULL)
-    return out;
-  json_array_foreach (json_object_get (reply, key), i, v) {
-    const char *n = json_str (v, "name");
-    if (n && strncmp (n, prefix, strlen (prefix)) == 0)
-      json_array_append_new (out, json_string (n));
-  }
-  json_decref (reply);
-  return out;
-}
-
 /* The state of one run, from step to step. */
 enum run_kind { RUN_FULL, RUN_INCREMENTAL, RUN_DIFFERENTIAL };
 
@@ -118,7 +95,6 @@ struct run {
   bool dir_created;             /* by this run: removed if it fails */
   json_t *manifest, *runs, *last;
   json_t *base;                 /* the run this one copies changes since */
-  json_t *stale_ckpts;
   enum run_kind kind;
   const char *since;            /* checkpoint the changes are since */
   const char *backing;          /* the image under this run's */
@@ -339,12 +315,6 @@ run_inspect_server (struct run *r)
     backup_error ("the server reports an empty origin: nothing to back up");
     return -1;
   }
-  /* Checkpoints of this chain other than the ones the manifest needs
-   * are leftovers; they are dropped once this run is recorded (keeping
-   * them until then keeps "changed since" exact whatever happens).
-   */
-  r->stale_ckpts = server_names (r->o, CONTROL_CHECKPOINT_LIST, "checkpoints",
-                                 r->prefix);
   return 0;
 }
 
@@ -475,6 +445,12 @@ run_find_ranges (struct run *r)
   control_request_set_string (req, "name", r->name);
   reply = control_call (r->o, req, err, sizeof err);
   json_decref (req);
+  if (reply == NULL && control_failure_status (r->o) != EXIT_FAILED) {
+    /* No reply: the server went away, it did not refuse. */
+    backup_error ("asking the server what changed since checkpoint %s: %s",
+                  r->since, err);
+    return control_failure_status (r->o);
+  }
   if (reply == NULL) {
     backup_error ("%s %s backup since checkpoint %s is impossible: %s; run "
                   "with --full", kind_article (r->kind), kind_name (r->kind),
@@ -787,23 +763,16 @@ diff_checkpoint_to_keep (json_t *runs)
 }
 
 /* 9. Checkpoints no run needs any more: all of this chain's but this
- * run's, and the one a next differential starts from.
+ * run's and the latest full's (a next --diff starts there), including
+ * leftovers of interrupted runs (kept until now, so that "changed
+ * since" stays exact whatever happens); and those of chains whose
+ * directory was deleted (or holds another chain now), so that they do
+ * not pile up on the server until someone runs prune -S.
  */
 static void
 run_drop_old_checkpoints (struct run *r)
 {
-  const char *keep = diff_checkpoint_to_keep (r->runs);
-  const char *prev = r->last ? json_str (r->last, "checkpoint") : NULL;
-  json_t *v;
-  size_t i;
-
-  if (prev && (!keep || strcmp (keep, prev) != 0))
-    drop_checkpoint (r->o, prev);
-  json_array_foreach (r->stale_ckpts, i, v) {
-    const char *n = json_string_value (v);
-    if ((!prev || strcmp (n, prev) != 0) && (!keep || strcmp (n, keep) != 0))
-      drop_checkpoint (r->o, n);
-  }
+  json_decref (drop_unneeded_checkpoints (r->o, r->manifest, false));
 }
 
 /* A run that is not recorded leaves the server and the directory as it
@@ -840,7 +809,6 @@ run_cleanup (struct run *r, bool ok)
   }
   free (r->ranges);
   free (r->sums);
-  json_decref (r->stale_ckpts);
   json_decref (r->manifest);
   if (r->d.fd >= 0)
     close (r->d.fd);
@@ -855,7 +823,8 @@ static bool
 run_lost_server (struct run *r)
 {
   for (size_t i = 0; i < r->nsrc; ++i)
-    if (r->src[i] && nbd_aio_is_dead (r->src[i]))
+    if (r->src[i] && (nbd_aio_is_dead (r->src[i]) ||
+                      nbd_aio_is_closed (r->src[i])))
       return true;
   return false;
 }
@@ -910,10 +879,8 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
     status = s;
     goto out;
   }
-  if (!r.empty && run_copy (&r) == -1) {
-    status = run_lost_server (&r) ? EXIT_UNREACHABLE : EXIT_FAILED;
+  if (!r.empty && run_copy (&r) == -1)
     goto out;
-  }
   if (run_record (&r) == -1)
     goto out;
   status = EXIT_OK;
@@ -921,6 +888,11 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
   backup_report_run (json_array_get (r.runs, json_array_size (r.runs) - 1),
                      dir_path, tool_now () - r.t0);
  out:
+  /* A run that failed because the server went away says so (4), as a
+   * run that could not reach it at all does.
+   */
+  if (status == EXIT_FAILED && run_lost_server (&r))
+    status = EXIT_UNREACHABLE;
   run_cleanup (&r, status == EXIT_OK);
   return status;
 }
