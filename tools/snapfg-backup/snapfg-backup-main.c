@@ -133,7 +133,7 @@ usage (FILE *fp)
 static int
 usage_hint (void)
 {
-  fprintf (stderr, "snapfg-backup: try 'snapfg-backup --help'\n");
+  tool_error ("try 'snapfg-backup --help'");
   return EXIT_USAGE;
 }
 
@@ -184,16 +184,16 @@ static int
 backup_check (struct backup_options *o, char **operands)
 {
   if (o->socket == NULL || o->uri == NULL) {
-    fprintf (stderr, "snapfg-backup: backup: give the server's control "
-             "socket with -S CONTROL and its NBD URI with -u NBD_URI\n");
+    tool_error ("backup: give the server's control "
+                "socket with -S CONTROL and its NBD URI with -u NBD_URI");
     return EXIT_USAGE;
   }
   if (o->host && o->cow_dir) {
     /* Its stores are files of the server's machine: this one cannot
      * remove them after a run.
      */
-    fprintf (stderr, "snapfg-backup: --cow-dir is for a backup on the "
-             "server's machine, not with -H\n");
+    tool_error ("--cow-dir is for a backup on the "
+                "server's machine, not with -H");
     return EXIT_USAGE;
   }
   return EXIT_OK;
@@ -218,8 +218,8 @@ restore_check (struct backup_options *o, char **operands)
   if (o->format == NULL)
     o->format = "raw";
   if (strcmp (o->format, "raw") != 0 && strcmp (o->format, "qcow2") != 0) {
-    fprintf (stderr, "snapfg-backup: -O %s: the output format is raw or "
-             "qcow2\n", o->format);
+    tool_error ("-O %s: the output format is raw or "
+                "qcow2", o->format);
     return EXIT_USAGE;
   }
   return EXIT_OK;
@@ -364,32 +364,32 @@ parse_valued_option (int c, struct backup_options *o)
   case OPT_PROGRESS:
     if (tool_parse_progress (optarg, &tool_out.progress) == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --progress=%s: auto, always or never\n",
-             optarg);
+    tool_error ("--progress=%s: auto, always or never",
+                optarg);
     return EXIT_USAGE;
   case OPT_TIMEOUT:
     if (tool_parse_timeout (optarg, 1, &o->timeout) == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --timeout: not a number of seconds "
-             "(1 to %d): %s\n", TOOL_MAX_TIMEOUT, optarg);
+    tool_error ("--timeout: not a number of seconds "
+                "(1 to %d): %s", TOOL_MAX_TIMEOUT, optarg);
     return EXIT_USAGE;
   case OPT_COMPRESS:
     o->compress = optarg ? optarg : "zstd";
     if (strcmp (o->compress, "zstd") == 0 || strcmp (o->compress, "zlib") == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --compress=%s: zstd or zlib\n",
-             o->compress);
+    tool_error ("--compress=%s: zstd or zlib",
+                o->compress);
     return EXIT_USAGE;
   case OPT_KEEP_LAST:
     if (parse_count (optarg, &o->keep_last) == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --keep-last: not a number of runs "
-             "(1 or more): %s\n", optarg);
+    tool_error ("--keep-last: not a number of runs "
+                "(1 or more): %s", optarg);
     return EXIT_USAGE;
   case OPT_AT:
     if (parse_count (optarg, &o->at) == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --at: not a run number: %s\n", optarg);
+    tool_error ("--at: not a run number: %s", optarg);
     return EXIT_USAGE;
   }
   abort ();
@@ -443,18 +443,18 @@ check_command_line (const struct subcommand *sc, struct backup_options *o,
 {
   if (noperands != sc->operands ||
       (sc->options_wrong && sc->options_wrong (o))) {
-    fprintf (stderr, "snapfg-backup: usage: %s\n", sc->synopsis);
+    tool_error ("usage: %s", sc->synopsis);
     return EXIT_USAGE;
   }
   if (o->host && !remote_command (sc)) {
-    fprintf (stderr, "snapfg-backup: %s: -H is for backup and prune\n",
-             sc->name);
+    tool_error ("%s: -H is for backup and prune",
+                sc->name);
     return EXIT_USAGE;
   }
   if (o->host == NULL && (o->nssh_options ||
                           strcmp (o->remote_snapfgctl, "snapfgctl") != 0)) {
-    fprintf (stderr, "snapfg-backup: --ssh-option and --remote-snapfgctl "
-             "need -H HOST\n");
+    tool_error ("--ssh-option and --remote-snapfgctl "
+                "need -H HOST");
     return EXIT_USAGE;
   }
   if (o->key_file && key_file_check (o->key_file) == -1)
@@ -487,15 +487,15 @@ main (int argc, char *argv[])
   if (status != -1)
     return status;
   if (optind >= argc) {
-    fprintf (stderr, "snapfg-backup: no command given (backup, restore, "
-             "verify, list or prune)\n");
+    tool_error ("no command given (backup, restore, "
+                "verify, list or prune)");
     return usage_hint ();
   }
   cmd = argv[optind++];
   sc = find_subcommand (cmd);
   if (sc == NULL) {
-    fprintf (stderr, "snapfg-backup: unknown command '%s' (backup, restore, "
-             "verify, list or prune; see snapfg-backup --help)\n", cmd);
+    tool_error ("unknown command '%s' (backup, restore, "
+                "verify, list or prune; see snapfg-backup --help)", cmd);
     return EXIT_USAGE;
   }
   status = check_command_line (sc, &o, argc - optind, &argv[optind]);
