@@ -435,6 +435,16 @@ prune_rename_images (struct prune *p)
                            json_integer (json_u64 (p->keep_run, "seq")));
 }
 
+/* Is F among the first I names of FILES? */
+static bool
+listed_before (json_t *files, size_t i, const char *f)
+{
+  for (size_t j = 0; j < i; ++j)
+    if (strcmp (json_string_value (json_array_get (files, j)), f) == 0)
+      return true;
+  return false;
+}
+
 /* 5.  Only what no kept run names goes (an empty run names the image of
  * the run before it), and only what went is reported.
  */
@@ -443,7 +453,7 @@ prune_remove_files (struct prune *p)
 {
   for (size_t i = 0; i < json_array_size (p->files); ) {
     const char *f = json_string_value (json_array_get (p->files, i));
-    if (referenced (p->runs, 0, f) ||
+    if (listed_before (p->files, i, f) || referenced (p->runs, 0, f) ||
         (unlinkat (p->d.fd, f, 0) == -1 && errno != ENOENT)) {
       json_array_remove (p->files, i);
       continue;
@@ -518,6 +528,12 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
     return status;
   }
   if (prune_open (&p) == -1 || prune_choose_kept (&p) == -1)
+    goto out;
+  /* An encrypted chain's key is asked for even with nothing to prune:
+   * a missing key gives the same status whatever the directory holds.
+   */
+  status = key_status (o, p.keep_run);
+  if (status != EXIT_OK)
     goto out;
   if (p.from == 0) {
     if (!o->json)

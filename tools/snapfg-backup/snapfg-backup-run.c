@@ -402,6 +402,11 @@ run_take_snapshot (struct run *r)
   control_request_set_string (req, "name", r->name);
   control_request_set_string (req, "checkpoint", r->name);
   control_request_set_string (req, "checkpoint_owner", r->o->session->owner);
+  /* The snapshot serves this run only: should the server die during
+   * it, it is dropped at the server's next start rather than kept
+   * copying out every first write until this chain's next run.
+   */
+  json_object_set_new (req, "temporary", json_true ());
   if (r->o->cow_dir) {
     char cow_path[PATH_MAX + 128];
     snprintf (cow_path, sizeof cow_path, "%s/%s.cow", r->cow_dir, r->name);
