@@ -18,7 +18,7 @@
 #     no tmpfs can be mounted).
 # D10 snapfgctl changed NAME counts origin writes only.
 # D11 after kill -9 of the server mid-run, the run's snapshot is gone at
-#     the restart.
+#     the restart (and with --cow-dir its store goes with the next run).
 # D12 a run drops the checkpoints of a backup directory deleted by hand.
 # D13 README's one durability= row, the -H synopsis, an unknown option's
 #     one line, a warning for a key others can read.
@@ -155,8 +155,15 @@ left=$(our_snapshots "$ctl")
 [ -z "$left" ] || check_fail "D11: the killed run's snapshot $left came back at the restart"
 grep -q '"temporary"' "$state" && check_fail "D11: the catalogue still records a temporary snapshot"
 write_some 30 10
-bk_run "$d" 2
+# With --cow-dir, the store of such a snapshot (dropped by the server,
+# the file left to the tool) is removed by the next run.
+mkdir -m 0700 "$tmpdir/cowdir"
+chain=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/manifest.json"))["chain_id"])' "$d")
+touch "$tmpdir/cowdir/snapfg-backup-$chain-0002-dead.cow" "$tmpdir/cowdir/other.cow"
+bk_run "$d" 2 --cow-dir "$tmpdir/cowdir"
 [ "$(manifest_field "$d" 2 type)" = incremental ] || check_fail "D11: the run after the restart is not incremental"
+[ "$(ls "$tmpdir/cowdir")" = other.cow ] ||
+    check_fail "D11: --cow-dir after the restart holds $(ls "$tmpdir/cowdir" | tr '\n' ' '), expected other.cow only"
 bk_restores "$d" 2
 
 # --- D6: prune --json lists only what it removed --------------------------

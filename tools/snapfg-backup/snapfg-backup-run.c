@@ -12,6 +12,7 @@
 #include <config.h>
 
 #include <stdio.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <inttypes.h>
@@ -285,6 +286,31 @@ run_choose_kind (struct run *r)
   return 0;
 }
 
+/* With --cow-dir: this chain's stores that no snapshot uses any more
+ * (every snapshot of the chain is dropped by now), such as the store of
+ * a run's snapshot that the server dropped when it restarted after a
+ * crash (a temporary snapshot's store is the tool's to remove).
+ */
+static void
+remove_cow_leftovers (struct run *r)
+{
+  DIR *dir;
+  struct dirent *ent;
+  size_t len;
+
+  if (r->o->cow_dir == NULL || (dir = opendir (r->cow_dir)) == NULL)
+    return;
+  while ((ent = readdir (dir)) != NULL) {
+    len = strlen (ent->d_name);
+    if (strncmp (ent->d_name, r->prefix, strlen (r->prefix)) == 0 &&
+        len > 4 && strcmp (ent->d_name + len - 4, ".cow") == 0 &&
+        unlinkat (dirfd (dir), ent->d_name, 0) == 0)
+      backup_info ("removed %s/%s, the store of an interrupted run's "
+                   "snapshot", r->cow_dir, ent->d_name);
+  }
+  closedir (dir);
+}
+
 /* 3. The server: reachable, the origin's size, snapshots left by
  * interrupted runs of this chain dropped.
  */
@@ -311,6 +337,7 @@ run_inspect_server (struct run *r)
     }
   }
   json_decref (reply);
+  remove_cow_leftovers (r);
   if (r->size == 0) {
     backup_error ("the server reports an empty origin: nothing to back up");
     return -1;
