@@ -2,7 +2,7 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg-backup: full and incremental backups of a snapfg origin.
  *
- *   snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full]
+ *   snapfg-backup [-H HOST] -S CONTROL -u NBD_URI backup DIR [--full | --diff]
  *   snapfg-backup restore DIR OUT|- [--at N] [-O raw|qcow2] [--no-verify]
  *   snapfg-backup verify DIR [--at N | --all]
  *   snapfg-backup list DIR
@@ -23,7 +23,8 @@
  *   3. the manifest naming NNNN-TYPE.qcow2 is made durable;
  *   4. the .partial is renamed to its name (a next run or a restore
  *      finishes this rename if a crash came between 3 and 4);
- *   5. the older checkpoint is dropped.
+ *   5. the checkpoints no run needs are dropped (the last run's and
+ *      the latest full run's stay).
  * Anything of a run that is not in the manifest is a leftover: the next
  * run removes it (files, snapshots and checkpoints carrying this
  * directory's chain id).
