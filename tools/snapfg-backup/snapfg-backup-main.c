@@ -479,7 +479,7 @@ main (int argc, char *argv[])
   CLEANUP_FREE char **ssh_options = calloc (argc + 1, sizeof *ssh_options);
   o.ssh_options = ssh_options;
   if (o.ssh_options == NULL) {
-    perror ("snapfg-backup");
+    tool_error ("out of memory");
     return EXIT_FAILED;
   }
 

@@ -433,7 +433,7 @@ run_take_snapshot (struct run *r)
    * it, it is dropped at the server's next start rather than kept
    * copying out every first write until this chain's next run.
    */
-  json_object_set_new (req, "temporary", json_true ());
+  control_request_set (req, "temporary", json_true ());
   if (r->o->cow_dir) {
     char cow_path[PATH_MAX + 128];
     snprintf (cow_path, sizeof cow_path, "%s/%s.cow", r->cow_dir, r->name);
