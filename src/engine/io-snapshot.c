@@ -158,7 +158,7 @@ snapshot_write (struct snapfg_snapshot *s, const void *data, uint32_t count,
   const char *p = data;
   int r = 0;
 
-  bool own_marks;
+  bool own_marks, own;
 
   if (!snapshot_is_valid (s))
     r = -EIO;
@@ -175,8 +175,13 @@ snapshot_write (struct snapfg_snapshot *s, const void *data, uint32_t count,
 
     if (n > end - pos)
       n = end - pos;
+    /* Remapped already (an origin change's exception, or one of ours):
+     * this write makes no exception of its own.  Looked at after the
+     * bitmaps were made (snapshot-writes.h says why that order).
+     */
+    own = own_marks && !snapshot_chunk_is_remapped (s, chunk);
     r = snapshot_copy_out (s, chunk, src, n, in_chunk, &new_chunk);
-    if (r == 0 && own_marks)
+    if (r == 0 && own)
       snapshot_writes_mark_snapshot (s, chunk);
     if (r == 1) {
       /* Already remapped: the shared fast path, a plain write into the

@@ -22,8 +22,10 @@ snapshot_writes_prepare (struct snapfg_snapshot *s)
   struct snapshot_writes *w = writes_of (s), *none = NULL;
   uint64_t chunks, words;
 
-  if (w)
+  if (w) {
+    atomic_thread_fence (memory_order_seq_cst);
     return true;
+  }
   chunks = (s->engine->size + s->chunk_size - 1) >> s->chunk_shift;
   words = (chunks + 63) / 64;
   w = calloc (1, sizeof *w + 2 * words * sizeof w->bits[0]);
@@ -35,6 +37,10 @@ snapshot_writes_prepare (struct snapfg_snapshot *s)
   /* Two first writes at once: one set of bitmaps wins. */
   if (!atomic_compare_exchange_strong (&s->writes, &none, w))
     free (w);
+  /* Pairs with the fence in snapshot_writes_mark_origin: either the
+   * origin change sees these bitmaps, or this write sees its exception.
+   */
+  atomic_thread_fence (memory_order_seq_cst);
   return true;
 }
 
@@ -65,6 +71,8 @@ snapshot_writes_mark_origin (struct snapfg_engine *e, uint64_t offset,
 {
   if (count == 0)
     return;
+  /* The change's exceptions are published: see snapshot_writes_prepare. */
+  atomic_thread_fence (memory_order_seq_cst);
   for (size_t i = 0; i < e->nsnapshots; ++i) {
     struct snapfg_snapshot *s = e->snapshots[i];
     struct snapshot_writes *w = writes_of (s);

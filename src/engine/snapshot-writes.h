@@ -11,13 +11,15 @@
  * exist (io-origin.c, after the change's copy-outs).  A chunk the
  * snapshot wrote and the origin did not is no origin change.
  *
- * Why the order is enough: the snapshot makes the bitmaps before its
- * copy-out, and marks "snap" only when its own copy-out made the
- * exception; an origin change marks "origin" after its copy-outs, so an
- * origin change of a chunk whose exception the snapshot made finds the
- * bitmaps (the copy-outs of one chunk are serialised), and one that came
- * first made the exception itself (the snapshot's write then marks
- * nothing).
+ * Why the order is enough: a snapshot write makes the bitmaps, then (a
+ * full fence) looks whether the chunk is remapped already, and marks
+ * "snap" only if it was not and its copy-out succeeded; an origin change
+ * publishes its exceptions, then (a full fence) looks for the bitmaps
+ * and marks "origin".  With the two fences, either the origin change
+ * finds the bitmaps (and its mark keeps the chunk listed), or the
+ * snapshot write finds the origin's exception (and marks nothing).  An
+ * exception the snapshot's own copy-out published is seen by a later
+ * origin change of that chunk, and the bitmaps with it.
  *
  * The bitmaps are in memory only: after a restart every exception counts
  * as an origin change again (the safe side: an incremental copies a
