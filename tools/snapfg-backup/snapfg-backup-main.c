@@ -148,6 +148,7 @@ struct subcommand {
   const char *name;
   int operands;                 /* the number of operands after NAME */
   const char *synopsis;
+  bool with_host;               /* may run from a backup host (-H) */
   /* true when O has an option that is not this command's (or its
    * options conflict); NULL: it takes them all.
    */
@@ -285,20 +286,29 @@ prune_run (struct backup_options *o, char **operands)
 }
 
 static const struct subcommand subcommands[] = {
-  { "backup", 1, BACKUP_SYNOPSIS, backup_options_wrong, backup_check,
+  { "backup", 1, BACKUP_SYNOPSIS, true, backup_options_wrong, backup_check,
     backup_run },
-  { "restore", 2, RESTORE_SYNOPSIS, restore_options_wrong, restore_check,
-    restore_run },
-  { "verify", 1, VERIFY_SYNOPSIS, verify_options_wrong, NULL, verify_run },
-  { "list", 1, LIST_SYNOPSIS, list_options_wrong, NULL, list_run },
-  { "prune", 1, PRUNE_SYNOPSIS, prune_options_wrong, NULL, prune_run },
+  { "restore", 2, RESTORE_SYNOPSIS, false, restore_options_wrong,
+    restore_check, restore_run },
+  { "verify", 1, VERIFY_SYNOPSIS, false, verify_options_wrong, NULL,
+    verify_run },
+  { "list", 1, LIST_SYNOPSIS, false, list_options_wrong, NULL, list_run },
+  { "prune", 1, PRUNE_SYNOPSIS, true, prune_options_wrong, NULL, prune_run },
 };
+#define NR_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
 
-/* The commands that may run from a backup host (-H). */
-static bool
-remote_command (const struct subcommand *sc)
+/* "backup, restore, verify, list or prune", from the table. */
+static const char *
+subcommand_names (char *buf, size_t len)
 {
-  return strcmp (sc->name, "backup") == 0 || strcmp (sc->name, "prune") == 0;
+  size_t used = 0;
+
+  buf[0] = '\0';
+  for (size_t i = 0; i < NR_SUBCOMMANDS && used < len; ++i)
+    used += snprintf (buf + used, len - used, "%s%s",
+                      i == 0 ? "" : i + 1 < NR_SUBCOMMANDS ? ", " : " or ",
+                      subcommands[i].name);
+  return buf;
 }
 
 static const struct subcommand *
@@ -306,7 +316,7 @@ find_subcommand (const char *name)
 {
   size_t i;
 
-  for (i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+  for (i = 0; i < NR_SUBCOMMANDS; i++)
     if (strcmp (subcommands[i].name, name) == 0)
       return &subcommands[i];
   return NULL;
@@ -447,8 +457,8 @@ check_command_line (const struct subcommand *sc, struct backup_options *o,
     tool_error ("usage: %s", sc->synopsis);
     return EXIT_USAGE;
   }
-  if (o->host && !remote_command (sc)) {
-    tool_error ("%s: -H is for backup and prune",
+  if (o->host && !sc->with_host) {
+    tool_error ("%s: -H is not for this command (see snapfg-backup --help)",
                 sc->name);
     return EXIT_USAGE;
   }
@@ -472,6 +482,7 @@ main (int argc, char *argv[])
   struct sigaction sa = { .sa_handler = on_signal };
   const struct subcommand *sc;
   const char *cmd;
+  char names[256];
   int status;
 
   tool_out.prog = "snapfg-backup";
@@ -488,15 +499,15 @@ main (int argc, char *argv[])
   if (status != -1)
     return status;
   if (optind >= argc) {
-    tool_error ("no command given (backup, restore, "
-                "verify, list or prune)");
+    tool_error ("no command given (%s)",
+                subcommand_names (names, sizeof names));
     return usage_hint ();
   }
   cmd = argv[optind++];
   sc = find_subcommand (cmd);
   if (sc == NULL) {
-    tool_error ("unknown command '%s' (backup, restore, "
-                "verify, list or prune; see snapfg-backup --help)", cmd);
+    tool_error ("unknown command '%s' (%s; see snapfg-backup --help)", cmd,
+                subcommand_names (names, sizeof names));
     return EXIT_USAGE;
   }
   status = check_command_line (sc, &o, argc - optind, &argv[optind]);
