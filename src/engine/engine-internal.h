@@ -64,6 +64,8 @@ struct snapfg_snapshot {
   atomic_bool merge_stop;      /* the engine is closing: stop between batches */
   atomic_uint_least64_t merge_done, merge_total;
   struct snapfg_stats stats;   /* this export's requests, copy-outs into it */
+  /* Its own writes' exceptions, from its first write (snapshot-writes.h). */
+  struct snapshot_writes *_Atomic writes;
 };
 
 struct deferred_copy;

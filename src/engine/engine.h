@@ -125,6 +125,9 @@ struct snapfg_snapshot_options {
                                       snapshot's instant (checkpoint.h) */
   const char *checkpoint_owner;    /* who made it (snapfg-backup: its
                                       HOST:DIR), shown by checkpoint list */
+  bool temporary;                  /* for one run of a tool (snapfg-backup):
+                                      recorded so, and dropped at the next
+                                      start instead of brought back */
 };
 
 struct catalogue;

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 
 #include "engine-internal.h"
+#include "snapshot-writes.h"
 #include "copy-out.h"
 #include "merge.h"
 #include "checkpoint.h"
@@ -127,6 +128,10 @@ track_origin_change (struct snapfg_engine *e, uint32_t count,
                      uint64_t offset, unsigned flags)
 {
   engine_track_change (e, offset, count);
+  /* After the change's copy-outs: "changed NAME" of a snapshot that
+   * wrote these chunks itself counts them again (snapshot-writes.h).
+   */
+  snapshot_writes_mark_origin (e, offset, count);
   if (flags & SNAPFG_REQ_FUA)
     checkpoint_sync (e);
 }
