@@ -136,8 +136,9 @@ snapfg_engine_open (const struct snapfg_options *opts,
   if (env && *env)
     e->test.writeback_pause_path = env;
 
-  r = writeback_open (e, opts->writeback, opts->writeback_max
-                      ? opts->writeback_max : snapfg_default_writeback_max ());
+  r = writeback_open (e, opts->writeback,
+                      writeback_max_for_memory (opts->writeback,
+                                                opts->writeback_max));
   if (r < 0) {
     stats_destroy (&e->stats);
     pthread_cond_destroy (&e->merge_threads_done);
