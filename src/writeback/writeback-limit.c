@@ -218,7 +218,7 @@ uint64_t
 writeback_max_for_memory (bool on, uint64_t requested)
 {
   uint64_t max = requested ? requested : snapfg_default_writeback_max ();
-  uint64_t headroom, limit, allowed;
+  uint64_t headroom = 0, limit = 0, allowed;
 
   if (!on || !cgroup_headroom (&headroom, &limit))
     return max;
