@@ -81,7 +81,7 @@ n, size, inflight = 3000, 65536, 16
 slots = random.sample(range(h.get_size() // size), n)
 acked = failed = 0
 pending = {}
-def done(cookie, err):
+def done(err):
     global acked, failed
     if err.value:
         failed += 1

@@ -13,7 +13,8 @@
  * start-up: its limit (the smallest on the way up the hierarchy; v1
  * memory.limit_in_bytes, v2 memory.max and memory.high) less what the
  * cgroup uses already (the process's own memory, and whatever else the
- * cgroup runs).  A share, not all of it: the process's other memory
+ * cgroup runs), page cache not counted: it is reclaimed under the
+ * limit.  A share, not all of it: the process's other memory
  * grows too (requests' buffers, copy-out batches are counted in
  * writeback-max but a COW store's page cache is not), and the page
  * cache of the origin and the COW stores must be able to fill and be
@@ -68,6 +69,34 @@ read_cgroup_value (const char *dir, const char *name, uint64_t *value)
   errno = 0;
   *value = strtoull (buf, NULL, 10);
   return errno == 0;
+}
+
+/* The page cache charged to the cgroup (and its children), from
+ * memory.stat: it counts in the usage but is reclaimed under the limit,
+ * so it is no memory taken.  (Held data is shared memory, on the
+ * anonymous lists, never in these.)  0 if the file cannot be read.
+ */
+static uint64_t
+cgroup_file_pages (const char *dir, bool v2)
+{
+  CLEANUP_FREE char *path = NULL;
+  char key[64];
+  unsigned long long value;
+  uint64_t total = 0;
+  FILE *fp;
+
+  if (asprintf (&path, "%s/memory.stat", dir) == -1)
+    return 0;
+  fp = fopen (path, "re");
+  if (fp == NULL)
+    return 0;
+  while (fscanf (fp, "%63s %llu", key, &value) == 2)
+    /* v1: total_* includes the children, as usage_in_bytes does. */
+    if (strcmp (key, v2 ? "active_file" : "total_active_file") == 0 ||
+        strcmp (key, v2 ? "inactive_file" : "total_inactive_file") == 0)
+      total += value;
+  fclose (fp);
+  return total;
 }
 
 /* The hierarchy holding the memory controller: its mount point and the
@@ -197,7 +226,10 @@ cgroup_headroom (uint64_t *headroom, uint64_t *limit_out)
       read_cgroup_value (dir, "memory.usage_in_bytes", &usage);
     }
     if (limit < NO_LIMIT) {
-      uint64_t room = usage < limit ? limit - usage : 0;
+      uint64_t room, cache = cgroup_file_pages (dir, v2);
+
+      usage = cache < usage ? usage - cache : 0;
+      room = usage < limit ? limit - usage : 0;
 
       if (!limited || room < *headroom) {
         *headroom = room;
