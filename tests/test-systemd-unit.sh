@@ -199,15 +199,14 @@ export SNAPFG_TEST_WRITEBACK_PAUSE=$pause
 start_unit
 unset SNAPFG_TEST_WRITEBACK_PAUSE
 cp "$tmpdir/expect.img" "$tmpdir/expect2.img"
-# The client (a VM, say): 32 first writes of 64 KiB after the snapshot,
+# The client (a VM, say): 24 first writes of 64 KiB after the snapshot,
 # no flush, and it stays connected until it is killed.
-mkfifo "$tmpdir/client.fifo"
-"$PY" - "$(uri "$sock" origin)" "$tmpdir/expect2.img" "$tmpdir/client.fifo" <<'EOF' &
+"$PY" - "$(uri "$sock" origin)" "$tmpdir/expect2.img" "$tmpdir/client.written" <<'EOF' &
 import nbd, os, sys, time
 h = nbd.NBD()
 h.connect_uri(sys.argv[1])
 with open(sys.argv[2], "r+b") as m:
-    for i in range(32):
+    for i in range(24):
         data = os.urandom(65536)
         off = (2 + 2 * i) * 65536
         h.pwrite(data, off)
@@ -220,7 +219,13 @@ while True:
 EOF
 client_pid=$!
 on_exit 'kill -KILL $client_pid 2>/dev/null'
-read -r _ <"$tmpdir/client.fifo"
+for _ in $(seq 600); do
+    if [ -f "$tmpdir/client.written" ] || ! _proc_alive "$client_pid"; then
+        break
+    fi
+    sleep 0.1
+done
+[ -f "$tmpdir/client.written" ] || fail "the client's writes did not complete"
 held=$("$SNAPFGCTL" -S "$ctl" stats --json |
        "$PY" -c 'import json,sys; print([x for x in json.load(sys.stdin)["exports"] if x["export"] == "origin"][0].get("writeback_held_writes", 0))')
 [ "$held" -gt 0 ] && info "ok: $held writes held, the client connected" ||
