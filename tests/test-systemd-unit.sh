@@ -189,10 +189,13 @@ cmp -s "$tmpdir/nightly.img" "$tmpdir/disk-orig.img" && info "ok: nightly = the 
 stop_unit TERM
 
 # --- 4. a stop with a client connected and writes held -------------------
-read -r -a stop_cmd <<<"$(expand "$exec_stop")"
-stop_cmd[0]=${stop_cmd[0]#-}            # "-": failure ignored by systemd
-[ "$(basename "${stop_cmd[0]:-none}")" = snapfgctl ] && stop_cmd[0]=$SNAPFGCTL
-info "ExecStop: ${stop_cmd[*]}"
+stop_cmd=()
+if [ -n "$exec_stop" ]; then
+    read -r -a stop_cmd <<<"$(expand "$exec_stop")"
+    stop_cmd[0]=${stop_cmd[0]#-}        # "-": failure ignored by systemd
+    [ "$(basename "${stop_cmd[0]}")" != snapfgctl ] || stop_cmd[0]=$SNAPFGCTL
+    info "ExecStop: ${stop_cmd[*]}"
+fi
 pause=$tmpdir/pause
 touch "$pause"
 export SNAPFG_TEST_WRITEBACK_PAUSE=$pause
