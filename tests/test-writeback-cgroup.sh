@@ -28,7 +28,8 @@ mkdir "$cg" 2>"$tmpdir/mkdir.err" ||
     skip "cannot create a memory cgroup: $(cat "$tmpdir/mkdir.err")"
 # nbdkit is the only process in it: stopped before the cgroup goes.
 on_exit 'for p in $(cat "$cg/cgroup.procs" 2>/dev/null); do kill -KILL $p; done; for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done'
-limit=$((96 * 1024 * 1024))
+# (SNAPFG_TEST_CGROUP_MIB: another size, to measure.)
+limit=$((${SNAPFG_TEST_CGROUP_MIB:-96} * 1024 * 1024))
 echo "$limit" >"$cg/memory.limit_in_bytes"
 
 # nbdkit, started in the cgroup: a wrapper first in PATH.

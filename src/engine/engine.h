@@ -54,7 +54,9 @@ struct snapfg_options {
   uint32_t block_size;             /* 512 or 4096 */
   unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
   bool writeback;                  /* writeback=on */
-  uint64_t writeback_max;          /* 0: snapfg_default_writeback_max () */
+  uint64_t writeback_max;          /* 0: snapfg_default_writeback_max ();
+                                      either lowered to fit the memory
+                                      cgroup (writeback_max_for_memory) */
   bool origin_moved;               /* origin-moved=true: stores and bitmaps
                                       bound to another disk of the
                                       origin's size are rebound to it */
