@@ -10,9 +10,11 @@
 # A v1 memory cgroup of 96M (skipped where one cannot be made: not root,
 # no v1 memory controller); nbdkit started in it with writeback-max=512M,
 # a persistent snapshot and durability=sync; 3,000 first writes of
-# 64 KiB (187 MiB, twice the cgroup), 16 in flight.  Expected: every
-# write acknowledged, nbdkit alive, no OOM kill in the cgroup, and after
-# a flush the origin file equals the model byte for byte.  Then the
+# 64 KiB (187 MiB, twice the cgroup), 16 in flight, the committer
+# paused (SNAPFG_TEST_WRITEBACK_PAUSE) until writers wait for room, then
+# let go.  Expected: held data full and nbdkit alive, then every write
+# acknowledged, no OOM kill in the cgroup, and after a flush the origin
+# file equals the model byte for byte.  Then the
 # default writeback-max in the same cgroup: no more than it allows.
 set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
@@ -57,6 +59,9 @@ stat_field() {
 }
 oom_kills() { awk '$1 == "oom_kill" { print $2 }' "$cg/memory.oom_control"; }
 
+pause="$tmpdir/pause"
+touch "$pause"
+SNAPFG_TEST_WRITEBACK_PAUSE="$pause" \
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" cow-size=512M \
     control="$ctlsock" writeback=on writeback-max=512M durability=sync
 nbdkit_pid=$(cat "$pid")
@@ -73,7 +78,10 @@ grep -q "writeback-max=536870912 is more than the memory cgroup allows: its limi
     check_fail "the lowering is not logged exactly once"
 
 # The burst: 3,000 first writes of 64 KiB, 16 in flight, then a flush.
-"$PY" - "$(uri "$sock" origin)" "$model" >"$tmpdir/burst.out" 2>&1 <<'PYEOF' || true
+# The committer is paused at first, so that what is held certainly
+# grows to writeback-max and writers wait for room: the cgroup must
+# not run out meanwhile.  Then it goes on.
+"$PY" - "$(uri "$sock" origin)" "$model" >"$tmpdir/burst.out" 2>&1 <<'PYEOF' &
 import nbd, os, random, sys
 uri, model = sys.argv[1], sys.argv[2]
 h = nbd.NBD()
@@ -107,6 +115,19 @@ except nbd.Error as e:
     print("flush failed: %s" % e)
 h.shutdown()
 PYEOF
+burst_pid=$!
+waiting() { [ "$(stat_field writeback_waiting)" -gt 0 ]; }
+if wait_until 300 waiting; then
+    sleep 2
+    held=$(stat_field writeback_held_bytes)
+    info "ok: writers wait for room with $held bytes held (writeback-max $max), cgroup usage $(cat "$cg/memory.usage_in_bytes")"
+    _proc_alive "$nbdkit_pid" || check_fail "nbdkit died when write-back was full"
+    [ "$(oom_kills)" = 0 ] || check_fail "OOM kill when write-back was full"
+else
+    check_fail "writers never waited for room with the committer paused"
+fi
+rm -f "$pause"
+wait "$burst_pid" || true
 cat "$tmpdir/burst.out"
 grep -qx 'acked 3000 failed 0' "$tmpdir/burst.out" &&
     info "ok: all 3000 writes acknowledged" ||
