@@ -116,15 +116,20 @@ except nbd.Error as e:
 h.shutdown()
 PYEOF
 burst_pid=$!
-waiting() { [ "$(stat_field writeback_waiting)" -gt 0 ]; }
-if wait_until 300 waiting; then
+# (Done too if nbdkit has died: the checks below say so.)
+waiting() {
+    ! _proc_alive "$nbdkit_pid" || [ "$(stat_field writeback_waiting)" -gt 0 ]
+}
+if wait_until 300 waiting && _proc_alive "$nbdkit_pid"; then
     sleep 2
     held=$(stat_field writeback_held_bytes)
     info "ok: writers wait for room with $held bytes held (writeback-max $max), cgroup usage $(cat "$cg/memory.usage_in_bytes")"
     _proc_alive "$nbdkit_pid" || check_fail "nbdkit died when write-back was full"
     [ "$(oom_kills)" = 0 ] || check_fail "OOM kill when write-back was full"
-else
+elif _proc_alive "$nbdkit_pid"; then
     check_fail "writers never waited for room with the committer paused"
+else
+    check_fail "nbdkit died before write-back was full (OOM kills in the cgroup: $(oom_kills))"
 fi
 rm -f "$pause"
 wait "$burst_pid" || true
