@@ -9,6 +9,9 @@
  *       every operation, with data checked byte for byte: put, put
  *       if_absent (twice, and raced by 8 threads), get, head, touch, del,
  *       list of more than 1000 keys (continuation), many threads at once
+ *   repo-s3-check put-get s3://BUCKET/PREFIX KEY TEXT
+ *       open, store TEXT under KEY, read it back, close (so that another
+ *       client can check what the back end stored)
  *   repo-s3-check open-fails s3://BUCKET/PREFIX ERRNO-NAME TEXT...
  *       opening must fail with that errno and a message holding each TEXT
  */
@@ -375,6 +378,15 @@ main (int argc, char *argv[])
     store->ops->close (store);
     return 0;
   }
+  if (argc == 5 && strcmp (argv[1], "put-get") == 0) {
+    CHECK_OK (open_store (argv[2], &store));
+    CHECK_OK (store->ops->put (store, argv[3], argv[4], strlen (argv[4]),
+                               false));
+    check_object (argv[3], argv[4], strlen (argv[4]));
+    store->ops->close (store);
+    printf ("put-get %s %s: ok\n", argv[2], argv[3]);
+    return 0;
+  }
   if (argc >= 4 && strcmp (argv[1], "open-fails") == 0) {
     int want = 0, r, i;
     const char *msg;
@@ -396,7 +408,7 @@ main (int argc, char *argv[])
         FAIL ("the message lacks \"%s\"", argv[i]);
     return 0;
   }
-  fprintf (stderr, "usage: %s ops URL | open-fails URL ERRNO TEXT...\n",
-           argv[0]);
+  fprintf (stderr, "usage: %s ops URL | put-get URL KEY TEXT | "
+           "open-fails URL ERRNO TEXT...\n", argv[0]);
   return 2;
 }

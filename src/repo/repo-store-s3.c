@@ -291,8 +291,10 @@ perform_once (struct s3_store *s, CURL *h, const struct s3_request *rq,
   /* Back to defaults, keeping the live connections and DNS cache. */
   curl_easy_reset (h);
   ok &= add_header (&headers, "x-amz-content-sha256", payload_hash);
-  /* No "Expect: 100-continue" round trip before each body. */
-  ok &= add_header (&headers, "Expect", "");
+  /* No "Expect:" header to turn off curl's 100-continue: curl 7.88 signs
+   * the empty header it then does not send, and every request fails
+   * with SignatureDoesNotMatch.  Gateways answer 100 Continue at once.
+   */
   if (rq->if_none_match)
     ok &= add_header (&headers, "If-None-Match", rq->if_none_match);
   if (rq->copy_source) {
