@@ -119,14 +119,24 @@ repo_command_line (int argc, char *argv[])
       s3.endpoint = optarg;
     else if (c == OPT_S3_CREDENTIALS)
       s3.credentials_file = optarg;
+    /* Options only a repository has: its commands, even where REPO is
+     * not one (so that the error says so).
+     */
+    if (c == OPT_DISK || c == OPT_KEEP_HOURLY || c == OPT_KEEP_DAILY ||
+        c == OPT_KEEP_WEEKLY || c == OPT_KEEP_MONTHLY ||
+        c == OPT_KEEP_YEARLY || c == OPT_DRY_RUN || c == OPT_GRACE ||
+        c == OPT_S3_ENDPOINT || c == OPT_S3_CREDENTIALS)
+      want = true;
   }
   if (optind < argc) {
     cmd = args[optind];
     loc = optind + 1 < argc ? args[optind + 1] : NULL;
     if (strcmp (cmd, "init") == 0 || strcmp (cmd, "gc") == 0)
       want = true;
+    else if (!is_command (cmd, with_repo))
+      want = false;
     else if (is_command (cmd, with_repo) && loc)
-      want = repo_location_is_s3 (loc) || repo_exists (loc, &s3) == 1;
+      want = want || repo_location_is_s3 (loc) || repo_exists (loc, &s3) == 1;
   }
   opterr = saved_opterr;
   optind = 0;                   /* main parses again from the start */

@@ -471,7 +471,6 @@ repo_cmd_backup (struct repo_options *o, const char *location)
     drop (&rr, CONTROL_DROP, json_string_value (v));
   }
   json_decref (snaps);
-  rr.stale_ckpts = leftovers (&rr, CONTROL_CHECKPOINT_LIST, "checkpoints");
   if (repo_index_new (o->disk, rr.size, rr.cs, &rr.ix) < 0 ||
       (rr.sums = calloc (repo_index_chunks (rr.ix) + 1, SHA256_LEN)) == NULL) {
     backup_error ("out of memory");
@@ -554,6 +553,12 @@ repo_cmd_backup (struct repo_options *o, const char *location)
       repo_damaged_key (rr.damaged + i * REPO_DIGEST_LEN, key);
       repo_get_store (rr.r)->ops->del (repo_get_store (rr.r), key);
     }
+  /* Every checkpoint of this disk but this run's and those of runs still
+   * going: the latest run's is this one's (the runs of a disk are
+   * numbered in the order they finish), and a run that finishes later
+   * drops this one's in turn.
+   */
+  rr.stale_ckpts = leftovers (&rr, CONTROL_CHECKPOINT_LIST, "checkpoints");
   json_array_foreach (rr.stale_ckpts, i, v)
     if (strcmp (json_string_value (v), rr.name) != 0)
       drop (&rr, CONTROL_CHECKPOINT_DROP, json_string_value (v));
