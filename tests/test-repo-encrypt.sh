@@ -25,7 +25,7 @@ rb init "$repo" --encrypt --key-file "$tmpdir/key" || fail "init: $(cat "$tmpdir
 rb init "$plain" || fail "init plain: $(cat "$tmpdir/rb.log")"
 
 rb_run "$repo" d1 a 1 --compress --key-file "$tmpdir/key"
-rb_run "$plain" d1 a 1
+rb_run "$plain" p1 a 1
 write_random_blocks "$origin_a" 30 5 "$size"
 rb_run "$repo" d1 a 2 --key-file "$tmpdir/key" --compress
 rb_restores "$repo" d1 1 --key-file "$tmpdir/key"
@@ -71,7 +71,7 @@ st=0; rb restore "$repo" "$tmpdir/out.img" --disk d1 || st=$?
 rb_expect 2 "restore without the key is a usage error" "encrypted" "$st"
 st=0; rb verify "$repo" || st=$?
 rb_expect 2 "verify without the key is a usage error" "encrypted" "$st"
-st=0; rb restore "$plain" "$tmpdir/out.img" --disk d1 --key-file "$tmpdir/key" || st=$?
+st=0; rb restore "$plain" "$tmpdir/out.img" --disk p1 --key-file "$tmpdir/key" || st=$?
 rb_expect 1 "a key for an unencrypted repository is refused" "not encrypted" "$st"
 # list and prune need no key.
 rb list "$repo" || check_fail "list without a key: $(cat "$tmpdir/rb.log")"
@@ -84,12 +84,12 @@ chmod 600 "$tmpdir/key"
 # --- the same data under another key: other ids -------------------------------
 repo2=$(repo_loc enc2)
 rb init "$repo2" --encrypt --key-file "$tmpdir/other-key" || fail "init enc2"
-rb_run "$repo2" d1 a 3 --key-file "$tmpdir/other-key"
+rb_run "$repo2" e2 a 1 --key-file "$tmpdir/other-key"
 if repo_is_dir; then
     common=$(comm -12 <(repo_chunk_files "$repo" | xargs -n1 basename | sort) \
                       <(repo_chunk_files "$repo2" | xargs -n1 basename | sort) | wc -l)
     [ "$common" -eq 0 ] || check_fail "$common chunk ids are the same under two keys"
 fi
-rb_restores "$repo2" d1 3 --key-file "$tmpdir/other-key"
+rb_restores "$repo2" e2 1 --key-file "$tmpdir/other-key"
 
 finish

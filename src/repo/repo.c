@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <gnutls/gnutls.h>
@@ -594,6 +595,7 @@ repo_writer_id (const struct repo_writer *w)
 
 struct writers_scan {
   struct repo *r;
+  char host[256];
   int64_t now, stale;
   size_t n;
   int64_t oldest;
@@ -616,6 +618,18 @@ writer_seen (void *opaque, const struct repo_object_info *info)
     return 0;                   /* ended meanwhile */
   j = json_loadb (buf, len, 0, NULL);
   free (buf);
+  /* A writer of this host whose process is gone crashed: no need to
+   * wait until its registration is stale.
+   */
+  {
+    const char *host = json_string_value (json_object_get (j, "host"));
+    json_int_t pid = json_integer_value (json_object_get (j, "pid"));
+    if (host && pid > 0 && strcmp (host, ws->host) == 0 &&
+        kill ((pid_t) pid, 0) == -1 && errno == ESRCH) {
+      json_decref (j);
+      return 0;
+    }
+  }
   /* A registration that cannot be read still counts, from its mtime
    * less the stale time: the safe side.
    */
@@ -641,8 +655,10 @@ repo_live_writers (struct repo *r, size_t *n, int64_t *oldest, json_t **list)
                              .stale = repo_writer_stale_seconds (),
                              .oldest = INT64_MAX,
                              .list = list ? json_array () : NULL };
-  int ret = r->store->ops->list (r->store, "writers/", writer_seen, &ws);
+  int ret;
 
+  gethostname (ws.host, sizeof ws.host - 1);
+  ret = r->store->ops->list (r->store, "writers/", writer_seen, &ws);
   if (ret < 0) {
     json_decref (ws.list);
     return ret;
