@@ -54,8 +54,9 @@ required=(
     # build
     build-essential autoconf automake libtool pkg-config perl
     nbdkit nbdkit-plugin-dev libnbd-dev libev-dev libjansson-dev
-    # snapfg-backup's checksums (GnuTLS)
-    libgnutls28-dev
+    # snapfg-backup's checksums and the repository's encryption (GnuTLS),
+    # the repository's compression (zstd)
+    libgnutls28-dev libzstd-dev
     # the backup repository's S3 back end: libcurl (GnuTLS flavour, like
     # the rest of the stack; AWS Signature V4) and libxml2 for its replies
     libcurl4-gnutls-dev libxml2-dev
