@@ -67,6 +67,20 @@ rb verify "$repo" --all || check_fail "verify after prune and gc: $(cat "$tmpdir
 rb_run "$repo" d1 a 8
 [ "$(run_field d1 8 type)" = incremental ] || check_fail "run after prune: $(cat "$tmpdir/run-d1-8.json")"
 
+# The backup host's job (contrib/systemd/snapfg-repo-backup.sh): the
+# disk, then retention and gc.
+cat >"$tmpdir/job.conf" <<CONF
+REPO=$repo
+DISKS="d1 $ctl_a $tmpdir/sock-a"
+KEEP="--keep-last 2"
+CONF
+st=0
+SNAPFG_REPO_BACKUP_CONF="$tmpdir/job.conf" \
+    "$top_srcdir/contrib/systemd/snapfg-repo-backup.sh" >"$tmpdir/job.log" 2>&1 || st=$?
+[ "$st" -eq 0 ] || check_fail "the backup job: exit $st: $(cat "$tmpdir/job.log")"
+[ "$(repo_json "$repo" '" ".join(str(r["run"]) for r in j["disks"][0]["runs"])')" = "8 9" ] ||
+    check_fail "after the job the runs are $(repo_json "$repo" '[r["run"] for r in j["disks"][0]["runs"]]')"
+
 # Usage: a keep option is needed; no key needed.
 st=0; rb prune "$repo" || st=$?
 [ "$st" -eq 2 ] || check_fail "prune without a --keep option: exit $st"

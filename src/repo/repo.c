@@ -221,6 +221,26 @@ repo_exists (const char *location, const struct repo_s3_options *s3)
   if ((r = repo_store_open (location, s3, false, &s)) < 0)
     return r;
   r = s->ops->head (s, REPO_CONFIG_KEY, &info);
+  if (r == 0) {
+    /* A file named config is not enough: it must say it is one. */
+    void *buf;
+    size_t len;
+    json_t *c = NULL;
+    if (info.size < 65536 && s->ops->get (s, REPO_CONFIG_KEY, &buf, &len) == 0) {
+      c = json_loadb (buf, len, 0, NULL);
+      free (buf);
+    }
+    /* A config that does not parse is still a repository's (damaged):
+     * repo_open says what is wrong with it.
+     */
+    if (c && (json_string_value (json_object_get (c, "format")) == NULL ||
+              strcmp (json_string_value (json_object_get (c, "format")),
+                      CONFIG_FORMAT) != 0))
+      r = -ENOENT;
+    else if (c == NULL && info.size >= 65536)
+      r = -ENOENT;
+    json_decref (c);
+  }
   s->ops->close (s);
   return r == 0 ? 1 : r == -ENOENT ? 0 : r;
 }

@@ -50,6 +50,7 @@ struct repo_run {
   struct nbd_handle *src[MAX_SOURCES];
   size_t nsrc;
   bool snapshot_made, checkpoint_made, committed;
+  bool incremental;             /* read only what changed since base */
   struct copy_range *ranges;
   size_t nranges;
   unsigned char *sums;
@@ -312,6 +313,7 @@ find_ranges (struct repo_run *rr)
       free (read);
       rr->nranges = normalise_ranges (rr->ranges, rr->nranges, rr->cs,
                                       rr->size);
+      rr->incremental = true;
       return 0;
     }
     backup_info ("changes since run %ld cannot be known (%s): reading the "
@@ -354,9 +356,7 @@ commit (struct repo_run *rr, struct copy_job *job, long *run)
   json_object_set_new (meta, "finished", json_integer (repo_run_time ()));
   json_object_set_new (meta, "checkpoint", json_string (rr->name));
   json_object_set_new (meta, "host", json_string (host));
-  json_object_set_new (meta, "type", json_string (rr->base && !rr->o->b.full
-                                                  && repo_index_disk_size
-                                                  (rr->base) == rr->size
+  json_object_set_new (meta, "type", json_string (rr->incremental
                                                   ? "incremental" : "full"));
   if (rr->base)
     json_object_set_new (meta, "base", json_integer (repo_index_run
