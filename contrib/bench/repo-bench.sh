@@ -25,7 +25,10 @@
 # Environment: SNAPFG_PLUGIN, SNAPFG_BACKUP, SNAPFGCTL (default: this
 # tree's builds), ROUNDS [5], CHANGED_PERCENT [5], DATA_PERCENT [62],
 # REPO_THREADS (snapfg-backup --threads), TMPDIR (where the
-# repositories go: the disk they are on is part of what is measured).
+# repositories go: the disk they are on is part of what is measured),
+# WARM_MIB [2048; 0: off]: memory touched and freed before each timed
+# copy, as in backup-bench.sh (this VM hands free pages back to its
+# host, and a copy after a pause would fault its page cache back in).
 set -euo pipefail
 size=${1:-1G}
 pct=${CHANGED_PERCENT:-5}
@@ -65,11 +68,18 @@ uri() { echo "nbd+unix:///${2:-}?socket=$tmp/$1.sock"; }
 printf '%s' "bench-key-$$" >"$tmp/key"
 chmod 600 "$tmp/key"
 
+warm_mib=${WARM_MIB:-2048}
+warm() {
+    [ "$warm_mib" -gt 0 ] || return 0
+    dd if=/dev/zero of=/dev/shm/repo-bench-warm.$$ bs=1M count="$warm_mib" status=none
+    rm -f /dev/shm/repo-bench-warm.$$
+}
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 run() {     # ARGS... -> seconds; the JSON result in $tmp/last.json
     local t0 t1
     sync
+    warm
     t0=$(now)
     "$tool" --json "$@" >"$tmp/last.json" 2>"$tmp/last.err" ||
         { cat "$tmp/last.err" "$tmp/last.json" >&2; echo "repo-bench: snapfg-backup $* failed" >&2; exit 1; }
@@ -82,6 +92,7 @@ nbdcopy_round() {
     "$ctl" -S "$tmp/a.ctl" create bench-snap >/dev/null
     rm -f "$tmp/copy.raw"
     sync
+    warm
     t0=$(now)
     nbdcopy "$(uri a bench-snap)" "$tmp/copy.raw"
     t1=$(now)

@@ -97,6 +97,16 @@ chunk_seen (void *opaque, const struct repo_object_info *info)
   return idset_add (&sw->candidates, id);
 }
 
+static int
+remove_stale_writer (void *opaque, const struct repo_object_info *info)
+{
+  struct repo_store *s = opaque;
+
+  if (info->mtime < time (NULL) - 4 * repo_writer_stale_seconds ())
+    s->ops->del (s, info->key);
+  return 0;
+}
+
 int
 repo_gc (struct repo *r, int64_t grace, bool dry_run,
          struct repo_gc_result *res)
@@ -117,6 +127,9 @@ repo_gc (struct repo *r, int64_t grace, bool dry_run,
     return ret;
   res->writers = nwriters;
   res->cutoff = (oldest < start ? oldest : start) - grace;
+  /* Registrations of writers that crashed long ago are not kept. */
+  if (!dry_run)
+    s->ops->list (s, "writers/", remove_stale_writer, s);
 
   /* Mark. */
   if ((ret = repo_list_disks (r, &disks, &ndisks)) < 0)
