@@ -12,6 +12,13 @@
  *   repo-s3-check put-get s3://BUCKET/PREFIX KEY TEXT
  *       open, store TEXT under KEY, read it back, close (so that another
  *       client can check what the back end stored)
+ *   repo-s3-check flaky s3://BUCKET/PREFIX
+ *       against tests/s3-fault-server.py flaky: every request's 503s are
+ *       retried until it succeeds
+ *   repo-s3-check lost-reply s3://BUCKET/PREFIX
+ *       against s3-fault-server.py lost-reply: a put if_absent whose
+ *       first attempt was stored but not answered succeeds on its retry
+ *       (it finds its own bytes), and a second one is -EEXIST
  *   repo-s3-check open-fails s3://BUCKET/PREFIX ERRNO-NAME TEXT...
  *       opening must fail with that errno and a message holding each TEXT
  */
@@ -361,7 +368,7 @@ open_store (const char *url, struct repo_store **s)
 static const struct { const char *name; int err; } errnos[] = {
   { "ENOENT", ENOENT }, { "EACCES", EACCES }, { "ENXIO", ENXIO },
   { "ECONNREFUSED", ECONNREFUSED }, { "EINVAL", EINVAL },
-  { "ENOKEY", ENOKEY }, { "EHOSTUNREACH", EHOSTUNREACH },
+  { "ENOKEY", ENOKEY }, { "EHOSTUNREACH", EHOSTUNREACH }, { "EIO", EIO },
 };
 
 int
@@ -376,6 +383,32 @@ main (int argc, char *argv[])
     test_race ();
     test_list_and_threads ();
     store->ops->close (store);
+    return 0;
+  }
+  if (argc == 3 && strcmp (argv[1], "flaky") == 0) {
+    struct repo_object_info info;
+    int n = 0;
+
+    CHECK_OK (open_store (argv[2], &store));
+    CHECK_OK (store->ops->put (store, "a/b", "data", 4, false));
+    check_object ("a/b", "data", 4);
+    CHECK_OK (store->ops->head (store, "a/b", &info));
+    CHECK (info.size == 4 && info.mtime == 1767225600);
+    CHECK_OK (store->ops->list (store, "a/", count_only, &n));
+    CHECK (n == 1);
+    CHECK_OK (store->ops->del (store, "a/b"));
+    store->ops->close (store);
+    printf ("flaky: every operation retried past two 503s: ok\n");
+    return 0;
+  }
+  if (argc == 3 && strcmp (argv[1], "lost-reply") == 0) {
+    CHECK_OK (open_store (argv[2], &store));
+    CHECK_OK (store->ops->put (store, "runs/0001", "mine", 4, true));
+    check_object ("runs/0001", "mine", 4);
+    CHECK (store->ops->put (store, "runs/0001", "other", 5, true) == -EEXIST);
+    check_object ("runs/0001", "mine", 4);
+    store->ops->close (store);
+    printf ("lost-reply: a retried put if_absent finds its own object: ok\n");
     return 0;
   }
   if (argc == 5 && strcmp (argv[1], "put-get") == 0) {
