@@ -6,7 +6,8 @@
 # checked byte for byte, put-if-absent raced by threads, listings of more
 # than 1000 keys, what another S3 client sees of the stored objects, and
 # the messages for wrong keys, a missing bucket, a wrong endpoint and a
-# credentials file others may read.
+# credentials file others may read.  First, without the gateway, the
+# faults a real one does not make on demand (tests/s3-fault-server.py).
 set -u
 source "$(dirname "$0")/functions.sh"
 source "$top_srcdir/tests/s3-functions.sh"
@@ -14,6 +15,38 @@ source "$top_srcdir/tests/s3-functions.sh"
 : "${REPO_S3_CHECK:=${top_builddir:-.}/tests/repo-s3-check}"
 [ -x "$REPO_S3_CHECK" ] ||
     fail "driver repo-s3-check not found ($REPO_S3_CHECK): run 'make tests/repo-s3-check'"
+
+# --- what a real gateway does not do on demand ------------------------
+# tests/s3-fault-server.py: 503s that pass, 500s that do not, and a put
+# stored but never answered.
+fault_server() {  # fault_server MODE: start it, set $fault_url
+    rm -f "$tmpdir/fault-port"
+    /usr/bin/python3 "$top_srcdir/tests/s3-fault-server.py" "$tmpdir/fault-port" "$1" \
+        2>>"$tmpdir/fault-server.log" &
+    fault_pid=$!
+    on_exit "kill $fault_pid 2>/dev/null"
+    for _ in $(seq 100); do [ -s "$tmpdir/fault-port" ] && break; sleep 0.1; done
+    [ -s "$tmpdir/fault-port" ] || fail "s3-fault-server.py did not start"
+    fault_url=http://127.0.0.1:$(cat "$tmpdir/fault-port")
+}
+# No gateway needed, and no signature checked: any keys do.
+export AWS_ACCESS_KEY_ID=fault-test AWS_SECRET_ACCESS_KEY=fault-test
+fault_server flaky
+S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" flaky s3://fault-bucket/p ||
+    check_fail "503 SlowDown is not retried"
+kill "$fault_pid"
+fault_server lost-reply
+S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" lost-reply s3://fault-bucket/p ||
+    check_fail "a put if_absent whose reply was lost"
+kill "$fault_pid"
+fault_server broken
+S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" open-fails s3://fault-bucket/p \
+    EIO "500" "InternalError" "injected" "s3://fault-bucket/" ||
+    check_fail "a gateway that fails every request"
+n=$(grep -c '"GET /fault-bucket?' "$tmpdir/fault-server.log" || true)
+[ "$n" -ge 6 ] || check_fail "500 was tried $n times, not 6 (the retries)"
+kill "$fault_pid"
+unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 
 s3_gateway_start
 bucket=snapfg-backend-test
@@ -93,34 +126,5 @@ info "a wrong endpoint failed after $((SECONDS - t0)) s of retries"
 S3_ENDPOINT_OPTION=ftp://127.0.0.1 "$REPO_S3_CHECK" open-fails \
     "s3://$bucket/p" EINVAL "ftp://127.0.0.1" "http://" ||
     check_fail "an endpoint that is not http(s)"
-
-# --- what a real gateway does not do on demand ------------------------
-# tests/s3-fault-server.py: 503s that pass, 500s that do not, and a put
-# stored but never answered.
-fault_server() {  # fault_server MODE: start it, set $fault_url
-    rm -f "$tmpdir/fault-port"
-    /usr/bin/python3 "$top_srcdir/tests/s3-fault-server.py" "$tmpdir/fault-port" "$1" \
-        2>>"$tmpdir/fault-server.log" &
-    fault_pid=$!
-    on_exit "kill $fault_pid 2>/dev/null"
-    for _ in $(seq 100); do [ -s "$tmpdir/fault-port" ] && break; sleep 0.1; done
-    [ -s "$tmpdir/fault-port" ] || fail "s3-fault-server.py did not start"
-    fault_url=http://127.0.0.1:$(cat "$tmpdir/fault-port")
-}
-fault_server flaky
-S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" flaky s3://fault-bucket/p ||
-    check_fail "503 SlowDown is not retried"
-kill "$fault_pid"
-fault_server lost-reply
-S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" lost-reply s3://fault-bucket/p ||
-    check_fail "a put if_absent whose reply was lost"
-kill "$fault_pid"
-fault_server broken
-S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" open-fails s3://fault-bucket/p \
-    EIO "500" "InternalError" "injected" "s3://fault-bucket/" ||
-    check_fail "a gateway that fails every request"
-n=$(grep -c '"GET /fault-bucket?' "$tmpdir/fault-server.log" || true)
-[ "$n" -ge 6 ] || check_fail "500 was tried $n times, not 6 (the retries)"
-kill "$fault_pid"
 
 finish
