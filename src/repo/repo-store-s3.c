@@ -406,7 +406,10 @@ transient (int r, const struct s3_response *resp)
     default:
       return false;
     }
-  return r == 0 && (resp->status >= 500 || resp->status == 429);
+  /* 501 Not Implemented and 505 will say the same next time. */
+  return r == 0 && ((resp->status >= 500 && resp->status != 501
+                     && resp->status != 505)
+                    || resp->status == 429);
 }
 
 static void
