@@ -54,8 +54,12 @@ required=(
     # build
     build-essential autoconf automake libtool pkg-config perl
     nbdkit nbdkit-plugin-dev libnbd-dev libev-dev libjansson-dev
-    # snapfg-backup's checksums (GnuTLS)
-    libgnutls28-dev
+    # snapfg-backup's checksums and the repository's encryption (GnuTLS),
+    # the repository's compression (zstd)
+    libgnutls28-dev libzstd-dev
+    # the backup repository's S3 back end: libcurl (GnuTLS flavour, like
+    # the rest of the stack; AWS Signature V4) and libxml2 for its replies
+    libcurl4-gnutls-dev libxml2-dev
     # gcc's sanitizer runtimes (make check-sanitizers)
     libtsan2 libasan8 libubsan1
     # tests, demo and benchmark
@@ -63,6 +67,9 @@ required=(
     coreutils diffutils util-linux mount procps socat strace
     # TLS tests (psktool), systemd-analyze verify of the service unit
     gnutls-bin systemd
+    # the S3 tests' gateway (tests/s3-functions.sh): a throwaway Ceph
+    # cluster with a RADOS Gateway on 127.0.0.1, and curl to drive it
+    ceph-mon ceph-osd radosgw ceph-common curl
     # snapfg-backup -H (tests/test-backup-remote.sh starts its own sshd)
     openssh-client openssh-server
     # guest tests (make check-guest): QEMU, cpio for the initramfs, the
