@@ -5,8 +5,9 @@
 # it, then run the demo or the test suite.
 #
 #   contrib/run.sh demo [ORIGIN]   build, install, run contrib/demo.sh
-#   contrib/run.sh test            build, install, make check,
-#                                  make check-sanitizers, make check-guest
+#   contrib/run.sh test            build, install, make check and
+#                                  make check-guest, with make
+#                                  check-sanitizers alongside
 #   contrib/run.sh check           the same without make check-sanitizers
 #                                  (.ci/run's Debian 13 stage)
 #   contrib/run.sh deps            only install the packages
@@ -123,6 +124,11 @@ command -v nbdfuse >/dev/null 2>&1 || install_optional nbdfuse
 [ "$cmd" = deps ] && { say "packages ready"; exit 0; }
 
 # --- build and install ----------------------------------------------------
+# Every step's time goes to stage-times.txt, a "NAME<TAB>SECONDS<TAB>RESULT"
+# line each, which .ci/run prints at its end: where the time went.
+rm -f "$top/stage-times.txt"
+record_time() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$top/stage-times.txt"; }
+t0=$SECONDS
 say "building in $top"
 mkdir -p m4            # AC_CONFIG_MACRO_DIR; git does not keep empty directories
 autoreconf -fi
@@ -132,6 +138,7 @@ say "installing the plugin into nbdkit's plugindir ($(pkg-config --variable=plug
 "${SUDO[@]}" make install
 nbdkit snapfg --version >/dev/null ||
     { echo "run.sh: 'nbdkit snapfg' does not find the installed plugin" >&2; exit 1; }
+record_time "build and install" $((SECONDS - t0)) PASS
 
 # --- the job --------------------------------------------------------------
 case $cmd in
@@ -157,16 +164,20 @@ count() {
 status=0
 declare -A stage_st=() stage_time=()
 stages=()
+stage_done() {  # NAME STATUS SECONDS
+    stage_st[$1]=$2
+    stage_time[$1]=$3
+    stages+=("$1")
+    [ "$2" -eq 0 ] || status=1
+    record_time "$1" "$3" "$([ "$2" -eq 0 ] && echo PASS || echo "FAIL($2)")"
+    say "$1: $([ "$2" -eq 0 ] && echo PASS || echo "FAIL (status $2)") in $3 s"
+}
 stage() {
     local name=$1 t0=$SECONDS st=0
     shift
     say "$name"
     "$@" || st=$?
-    stage_st[$name]=$st
-    stage_time[$name]=$((SECONDS - t0))
-    stages+=("$name")
-    [ "$st" -eq 0 ] || status=1
-    say "$name: $([ "$st" -eq 0 ] && echo PASS || echo "FAIL (status $st)") in ${stage_time[$name]} s"
+    stage_done "$name" "$st" $((SECONDS - t0))
 }
 
 # The tests spend most of their time waiting on servers, clients and
@@ -174,11 +185,44 @@ stage() {
 # time on a 2-core machine; each test keeps its own directory and sockets.
 check_jobs=${SNAPFG_CHECK_JOBS:-2}
 export SNAPFG_CHECK_JOBS=$check_jobs
-stage "make check" make -j"$check_jobs" check VERBOSE=1
-if [ "$cmd" = test ]; then
-    stage "make check-sanitizers" make check-sanitizers VERBOSE=1
+
+# make check-sanitizers runs side by side with make check and make
+# check-guest (SNAPFG_SANITIZERS_ALONGSIDE=0: after them): its two
+# builds run at a low priority in the CPU the waiting tests leave, and
+# its tests are a short list (Makefile.am SANITIZER_*_TESTS), one at a
+# time in each of its two trees (SNAPFG_SANITIZER_CHECK_JOBS).  Its
+# output goes to ci-sanitizers.log, printed when it ends.
+san_pid=
+run_sanitizers() {
+    SNAPFG_SANITIZER_CHECK_JOBS=${SNAPFG_SANITIZER_CHECK_JOBS:-1} \
+        make check-sanitizers VERBOSE=1
+}
+if [ "$cmd" = test ] && [ "${SNAPFG_SANITIZERS_ALONGSIDE:-1}" = 1 ]; then
+    say "make check-sanitizers: started alongside (output in ci-sanitizers.log, printed when it ends)"
+    san_t0=$SECONDS
+    run_sanitizers >"$top/ci-sanitizers.log" 2>&1 &
+    san_pid=$!
 fi
+stage "make check" make -j"$check_jobs" check VERBOSE=1
 stage "make check-guest" make check-guest VERBOSE=1
+if [ -n "$san_pid" ]; then
+    say "make check-sanitizers: waiting for it"
+    san_st=0
+    wait "$san_pid" || san_st=$?
+    say "make check-sanitizers: its output:"
+    cat "$top/ci-sanitizers.log"
+    stage_done "make check-sanitizers (alongside)" "$san_st" $((SECONDS - san_t0))
+elif [ "$cmd" = test ]; then
+    stage "make check-sanitizers" run_sanitizers
+fi
+# The sanitizer passes' own split (run-sanitizers.sh prints them).
+for k in tsan asan; do
+    [ -f "$top/build-$k.log" ] || continue
+    b=$(sed -n 's/.*: built in \([0-9]*\) s$/\1/p' "$top/build-$k.log" | tail -n 1)
+    c=$(sed -n 's/.*: tests ran in \([0-9]*\) s .*/\1/p' "$top/build-$k.log" | tail -n 1)
+    [ -z "$b" ] || record_time "  $k build" "$b" ""
+    [ -z "$c" ] || record_time "  $k tests" "$c" ""
+done
 
 logs=(test-suite.log guest-suite.log build-tsan/tree/test-suite.log build-asan/tree/test-suite.log)
 passed=$(count PASS "${logs[@]}")
@@ -195,9 +239,10 @@ fi
 # skip_part: a tool missing, not root, a premise not met): each
 # SKIP-PART line of a test's log, counted and listed, so that no such
 # part hides in a pass.
-find . -name '*.log' ! -name '*-suite.log' -newer configure \
-     -exec grep -H ': SKIP-PART: ' {} + 2>/dev/null | sed 's|^\./||' |
-    sort >skipped-parts.txt || true
+find . -name '*.trs' -newer configure 2>/dev/null | sort | while IFS= read -r trs; do
+    grep -q '^:test-result: PASS' "$trs" || continue
+    grep -H ': SKIP-PART: ' "${trs%.trs}.log" 2>/dev/null || true
+done | sed 's|^\./||' >skipped-parts.txt
 nparts=$(wc -l <skipped-parts.txt)
 ntests=$(cut -d: -f1 skipped-parts.txt | sort -u | wc -l)
 echo "snapfg: $passed passed, $failed failed, $skipped skipped; $nparts part(s) of $ntests passed test(s) skipped"
