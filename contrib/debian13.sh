@@ -215,6 +215,7 @@ in_root bash -c "cd /src && contrib/run.sh $cmd" || st=$?
 say "contrib/run.sh $cmd in Debian 13: status $st, $((SECONDS - t0)) s (whole stage $((SECONDS - t_all)) s)"
 [ ! -f "$root/src/stage-times.txt" ] || cat "$root/src/stage-times.txt" >>"$times"
 [ ! -f "$root/src/skipped-parts.txt" ] || cp "$root/src/skipped-parts.txt" "$top/debian13-skipped-parts.txt"
+[ ! -f "$root/src/test-times.txt" ] || cp "$root/src/test-times.txt" "$top/debian13-test-times.txt"
 if [ "$st" -ne 0 ]; then
     for f in test-suite.log guest-suite.log failures.txt; do
         [ -f "$root/src/$f" ] && cp "$root/src/$f" "$top/debian13-$f"

@@ -243,6 +243,15 @@ find . -name '*.trs' -newer configure 2>/dev/null | sort | while IFS= read -r tr
     grep -q '^:test-result: PASS' "$trs" || continue
     grep -H ': SKIP-PART: ' "${trs%.trs}.log" 2>/dev/null || true
 done | sed 's|^\./||' >skipped-parts.txt
+# Where the time went, per test: the "exit status N after S s" line
+# tests/functions.sh ends every shell test's log with, slowest first
+# (the sanitizer trees' tests included), in test-times.txt.
+find . -name '*.trs' -newer configure 2>/dev/null | while IFS= read -r trs; do
+    t=$(sed -n 's/.*: exit status [0-9]* after \([0-9]*\) s$/\1/p' "${trs%.trs}.log" 2>/dev/null | tail -n 1)
+    [ -z "$t" ] || printf '%s\t%s\n' "$t" "${trs#./}"
+done | sed 's/\.trs$//' | sort -rn >test-times.txt
+say "the slowest tests (seconds; all in test-times.txt):"
+head -n 12 test-times.txt
 nparts=$(wc -l <skipped-parts.txt)
 ntests=$(cut -d: -f1 skipped-parts.txt | sort -u | wc -l)
 echo "snapfg: $passed passed, $failed failed, $skipped skipped; $nparts part(s) of $ntests passed test(s) skipped"
