@@ -124,10 +124,24 @@ command -v nbdfuse >/dev/null 2>&1 || install_optional nbdfuse
 [ "$cmd" = deps ] && { say "packages ready"; exit 0; }
 
 # --- build and install ----------------------------------------------------
-# Every step's time goes to stage-times.txt, a "NAME<TAB>SECONDS<TAB>RESULT"
-# line each, which .ci/run prints at its end: where the time went.
+# Every step's time goes to stage-times.txt, a "NAME<TAB>SECONDS<TAB>
+# RESULT<TAB>CPU" line each, which .ci/run prints at its end: where the
+# time went.  CPU is the user + system seconds the step's processes used:
+# on a machine shared with other work the wall-clock time grows with the
+# load, the CPU time much less.
 rm -f "$top/stage-times.txt"
-record_time() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$top/stage-times.txt"; }
+record_time() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$top/stage-times.txt"; }
+# cpu_children: set $cpu to the CPU seconds of the children waited for so
+# far (bash's times, run in this shell: in a $(...) it would count the
+# subshell's children only).
+cpu_file=$(mktemp "${TMPDIR:-/tmp}/snapfg-run-times.XXXXXX")
+trap 'rm -f "$cpu_file"' EXIT
+cpu_children() {
+    times >"$cpu_file"
+    cpu=$(tail -n 1 "$cpu_file" | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%d\n", s + 0.5 }')
+}
+cpu_children
+cpu0=$cpu
 t0=$SECONDS
 say "building in $top"
 mkdir -p m4            # AC_CONFIG_MACRO_DIR; git does not keep empty directories
@@ -138,12 +152,14 @@ say "installing the plugin into nbdkit's plugindir ($(pkg-config --variable=plug
 "${SUDO[@]}" make install
 nbdkit snapfg --version >/dev/null ||
     { echo "run.sh: 'nbdkit snapfg' does not find the installed plugin" >&2; exit 1; }
-record_time "build and install" $((SECONDS - t0)) PASS
+cpu_children
+record_time "build and install" $((SECONDS - t0)) PASS $((cpu - cpu0))
 
 # --- the job --------------------------------------------------------------
 case $cmd in
     demo)
         say "running contrib/demo.sh $*"
+        rm -f "$cpu_file"
         exec "$top/contrib/demo.sh" "$@"
         ;;
 esac
@@ -164,20 +180,23 @@ count() {
 status=0
 declare -A stage_st=() stage_time=()
 stages=()
-stage_done() {  # NAME STATUS SECONDS
+stage_done() {  # NAME STATUS SECONDS [CPU-SECONDS]
     stage_st[$1]=$2
     stage_time[$1]=$3
     stages+=("$1")
     [ "$2" -eq 0 ] || status=1
-    record_time "$1" "$3" "$([ "$2" -eq 0 ] && echo PASS || echo "FAIL($2)")"
-    say "$1: $([ "$2" -eq 0 ] && echo PASS || echo "FAIL (status $2)") in $3 s"
+    record_time "$1" "$3" "$([ "$2" -eq 0 ] && echo PASS || echo "FAIL($2)")" "${4:-}"
+    say "$1: $([ "$2" -eq 0 ] && echo PASS || echo "FAIL (status $2)") in $3 s${4:+ (CPU $4 s)}"
 }
 stage() {
-    local name=$1 t0=$SECONDS st=0
+    local name=$1 t0=$SECONDS st=0 c0
     shift
     say "$name"
+    cpu_children
+    c0=$cpu
     "$@" || st=$?
-    stage_done "$name" "$st" $((SECONDS - t0))
+    cpu_children
+    stage_done "$name" "$st" $((SECONDS - t0)) $((cpu - c0))
 }
 
 # The tests spend most of their time waiting on servers, clients and
@@ -208,10 +227,13 @@ stage "make check-guest" make check-guest VERBOSE=1
 if [ -n "$san_pid" ]; then
     say "make check-sanitizers: waiting for it"
     san_st=0
+    cpu_children
+    c0=$cpu
     wait "$san_pid" || san_st=$?
+    cpu_children
     say "make check-sanitizers: its output:"
     cat "$top/ci-sanitizers.log"
-    stage_done "make check-sanitizers (alongside)" "$san_st" $((SECONDS - san_t0))
+    stage_done "make check-sanitizers (alongside)" "$san_st" $((SECONDS - san_t0)) $((cpu - c0))
 elif [ "$cmd" = test ]; then
     stage "make check-sanitizers" run_sanitizers
 fi
