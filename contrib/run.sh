@@ -207,7 +207,7 @@ export SNAPFG_CHECK_JOBS=$check_jobs
 
 # make check-sanitizers runs side by side with make check and make
 # check-guest (SNAPFG_SANITIZERS_ALONGSIDE=0: after them): its two
-# builds run at a low priority in the CPU the waiting tests leave, and
+# builds run in the CPU the waiting tests leave, and
 # its tests are a short list (Makefile.am SANITIZER_*_TESTS), one at a
 # time in each of its two trees (SNAPFG_SANITIZER_CHECK_JOBS).  Its
 # output goes to ci-sanitizers.log, printed when it ends.
