@@ -46,7 +46,7 @@ if have systemd-analyze; then
         info "ok: systemd-analyze verify accepts the unit ($(systemd-analyze --version | head -n 1))"
     fi
 else
-    info "systemd-analyze not installed (Debian package systemd): not verifying the unit"
+    skip_part "systemd-analyze verify: systemd-analyze is not installed (Debian package systemd)"
 fi
 
 # --- 2. what the unit must say -----------------------------------------
@@ -86,7 +86,7 @@ esac
 # reading early could make the pipeline fail and skip the test.)
 plugin_help=$(nbdkit "$SNAPFG_PLUGIN" --help 2>/dev/null || true)
 if ! grep -q 'state=' <<<"$plugin_help"; then
-    info "the plugin has no state= parameter in this tree: not running the unit's command line"
+    skip_part "3, the unit's command lines: the plugin has no state= parameter in this tree"
     finish
     exit 0
 fi
