@@ -241,7 +241,7 @@ find_ranges (struct repo_run *rr)
   size_t cap;
   bool *read;
 
-  if (open_export (rr->src[0], b->session->data_uri, rr->name) == -1)
+  if (open_export (rr->src[0], b->session->data_what, rr->name) == -1)
     return EXIT_FAILED;
   if ((uint64_t) nbd_get_size (rr->src[0]) != rr->size) {
     backup_error ("export %s: %" PRId64 " bytes, the origin %" PRIu64,
@@ -476,7 +476,8 @@ repo_cmd_backup (struct repo_options *o, const char *location)
     backup_error ("out of memory");
     goto out_writer;
   }
-  rr.src[0] = connect_server (o->b.session->data_uri, true);
+  rr.src[0] = connect_server (o->b.session->data_uri,
+                              o->b.session->data_what, true);
   if (rr.src[0] == NULL) {
     status = EXIT_UNREACHABLE;
     goto out_writer;
@@ -508,7 +509,8 @@ repo_cmd_backup (struct repo_options *o, const char *location)
   /* 5. The copy. */
   if (nbd_can_multi_conn (rr.src[0]) == 1)
     while (rr.nsrc < MAX_SOURCES) {
-      rr.src[rr.nsrc] = connect_export (o->b.session->data_uri, rr.name);
+      rr.src[rr.nsrc] = connect_export (o->b.session->data_uri,
+                                        o->b.session->data_what, rr.name);
       if (rr.src[rr.nsrc] == NULL)
         break;
       rr.nsrc++;
