@@ -132,6 +132,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   engine_parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
   engine_parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
 
+  suspend_init (&e->suspend);
   r = writeback_open (e, opts->writeback, opts->writeback_max
                       ? opts->writeback_max : snapfg_default_writeback_max ());
   if (r < 0) {
@@ -159,6 +160,7 @@ snapfg_engine_close (struct snapfg_engine *e)
 {
   if (e == NULL)
     return;
+  suspend_destroy (e);
   /* A clean stop applies everything held (no request can come any
    * more); the origin and the stores are synced below and as they close.
    */
