@@ -137,6 +137,7 @@ struct run {
   time_t started, finished;
   double t0;                    /* tool_now () at the snapshot */
   bool snapshot_made, checkpoint_made, image_made, recorded, empty;
+  bool forced_full;             /* a full because a verify failed */
   /* The image, made by a thread while the copy is prepared. */
   pthread_t image_thread;
   bool image_started;           /* the thread runs, or ran */
@@ -234,14 +235,34 @@ run_open_dir (struct run *r)
   return 0;
 }
 
+/* A run of the chain since its latest full whose verify failed (its
+ * images, or those under it, are damaged): NULL if none.  A later
+ * successful verify of that run clears the mark.
+ */
+static json_t *
+damaged_run (json_t *runs, json_t *full)
+{
+  json_t *v, *damaged = NULL;
+  bool after = false;
+  size_t i;
+
+  json_array_foreach (runs, i, v) {
+    after = after || v == full;
+    if (after && json_str (v, "verify_failed"))
+      damaged = v;
+  }
+  return damaged;
+}
+
 /* 2. The kind of run, and how its image is written. */
 static int
 run_choose_kind (struct run *r)
 {
   const struct backup_options *o = r->o;
-  json_t *full = latest_full (r->runs);
+  json_t *full = latest_full (r->runs), *damaged = damaged_run (r->runs, full);
   bool chain_encrypted = full &&
     json_is_true (json_object_get (full, "encrypted"));
+  bool encrypt;
 
   r->kind = !r->last || o->full ? RUN_FULL
           : o->diff ? RUN_DIFFERENTIAL : RUN_INCREMENTAL;
@@ -256,16 +277,26 @@ run_choose_kind (struct run *r)
                   r->dir_path);
     return EXIT_USAGE;
   }
-  if ((r->kind == RUN_FULL && o->encrypt) ||
-      (r->kind != RUN_FULL && chain_encrypted)) {
+  /* A run over damaged images would reference the damage: a verify
+   * found it, so this run stores the whole disk again (a full, of the
+   * chain's encryption).
+   */
+  if (r->kind != RUN_FULL && damaged) {
+    backup_info ("run %" PRIu64 " failed verify (%s): this run is a full "
+                 "backup, so that it references none of the damaged images",
+                 json_u64 (damaged, "seq"), json_str (damaged,
+                                                      "verify_failed"));
+    r->kind = RUN_FULL;
+    r->forced_full = true;
+  }
+  encrypt = r->kind == RUN_FULL ? o->encrypt || (r->forced_full &&
+                                                 chain_encrypted)
+                                : chain_encrypted;
+  if (encrypt) {
     if (o->key_file == NULL) {
       backup_error ("%s: give the key with --key-file FILE",
-                    r->kind == RUN_FULL ? "--encrypt"
+                    r->kind == RUN_FULL && !r->forced_full ? "--encrypt"
                     : "the chain is encrypted");
-      return EXIT_USAGE;
-    }
-    if (access (o->key_file, R_OK) == -1) {
-      backup_error ("--key-file %s: %m", o->key_file);
       return EXIT_USAGE;
     }
     r->access.key_file = o->key_file;
@@ -352,14 +383,21 @@ run_start_sums (struct run *r)
   }
   /* The new image goes over the base run's chain: it must be the one
    * the manifest records (qemu-nbd reads it to fill what is not copied).
+   * A wrong key must fail now, before a snapshot and an image exist.
    */
   {
     char **chain = NULL;
+    int s = EXIT_OK;
     r->base_depth = chain_check (r->d.fd, r->dir_path, r->manifest, r->base,
                                  &chain);
-    chain_free (chain);
     if (r->base_depth < 0)
-      return EXIT_FAILED;
+      s = EXIT_FAILED;
+    else if (r->access.key_file &&
+             image_key_check (r->dir_path, chain[0], &r->access) == -1)
+      s = EXIT_USAGE;
+    chain_free (chain);
+    if (s != EXIT_OK)
+      return s;
   }
   return 0;
 }
@@ -374,7 +412,8 @@ run_take_snapshot (struct run *r)
   json_t *req, *reply;
   char err[512];
 
-  r->src[0] = connect_server (r->o->session->data_uri, r->kind == RUN_FULL);
+  r->src[0] = connect_server (r->o->session->data_uri,
+                             r->o->session->data_what, r->kind == RUN_FULL);
   if (r->src[0] == NULL)
     return EXIT_UNREACHABLE;
   r->nsrc = 1;
@@ -421,7 +460,7 @@ run_find_ranges (struct run *r)
   char err[512];
   size_t i;
 
-  if (open_export (r->src[0], r->o->session->data_uri, r->name) == -1)
+  if (open_export (r->src[0], r->o->session->data_what, r->name) == -1)
     return EXIT_FAILED;
   if ((uint64_t) nbd_get_size (r->src[0]) != r->size) {
     backup_error ("export %s: %" PRId64 " bytes, the origin %" PRIu64,
@@ -547,7 +586,8 @@ run_copy (struct run *r)
   /* More connections when the server says they see the same data. */
   if (nbd_can_multi_conn (r->src[0]) == 1)
     while (r->nsrc < MAX_SOURCES) {
-      r->src[r->nsrc] = connect_export (r->o->session->data_uri, r->name);
+      r->src[r->nsrc] = connect_export (r->o->session->data_uri,
+                                         r->o->session->data_what, r->name);
       if (r->src[r->nsrc] == NULL)
         break;
       r->nsrc++;
@@ -710,6 +750,8 @@ run_record (struct run *r)
                                                               "seq")));
   if (r->access.key_file)
     json_object_set_new (run, "encrypted", json_true ());
+  if (r->forced_full)
+    json_object_set_new (run, "full_because", json_string ("verify_failed"));
   if (r->access.compress && !r->empty)
     json_object_set_new (run, "compression", json_string (r->access.compress));
   json_array_append_new (r->runs, run);
@@ -730,27 +772,18 @@ run_record (struct run *r)
   return 0;
 }
 
-/* The checkpoint to keep for differentials: once a run after the
- * latest full is a differential, the full's (the next --diff starts
- * there) until the next full; NULL otherwise.
+/* The checkpoint to keep for differentials: the latest full's (a
+ * --diff starts there), kept beside the last run's for as long as that
+ * full is the chain's latest, so that --diff works after any run, not
+ * only right after the full (the cost: a second bitmap on the server).
+ * NULL when the chain has no full.
  */
 const char *
 diff_checkpoint_to_keep (json_t *runs)
 {
-  json_t *full = latest_full (runs), *v;
-  bool after = false;
-  size_t i;
+  json_t *full = latest_full (runs);
 
-  if (full == NULL)
-    return NULL;
-  json_array_foreach (runs, i, v) {
-    if (v == full)
-      after = true;
-    else if (after && json_str (v, "type") &&
-             strcmp (json_str (v, "type"), "differential") == 0)
-      return diff_checkpoint (full);
-  }
-  return NULL;
+  return full ? diff_checkpoint (full) : NULL;
 }
 
 /* 9. Checkpoints no run needs any more: all of this chain's but this
@@ -815,6 +848,18 @@ run_cleanup (struct run *r, bool ok)
     close (r->d.lock_fd);
 }
 
+/* Did the copy fail because the server went away (a connection to it
+ * is dead), rather than because of what it or the image said?
+ */
+static bool
+run_lost_server (struct run *r)
+{
+  for (size_t i = 0; i < r->nsrc; ++i)
+    if (r->src[i] && nbd_aio_is_dead (r->src[i]))
+      return true;
+  return false;
+}
+
 /* --cow-dir: the server runs in "/", so an absolute path; created
  * (0700) if missing.
  */
@@ -865,8 +910,10 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
     status = s;
     goto out;
   }
-  if (!r.empty && run_copy (&r) == -1)
+  if (!r.empty && run_copy (&r) == -1) {
+    status = run_lost_server (&r) ? EXIT_UNREACHABLE : EXIT_FAILED;
     goto out;
+  }
   if (run_record (&r) == -1)
     goto out;
   status = EXIT_OK;
