@@ -203,7 +203,7 @@ serve_chain (const struct backup_options *o, const char *repo)
   char dir[PATH_MAX], err[1024], what[PATH_MAX * 2 + 128];
   struct nbdkit_cmd c = { .n = 0 };
   struct qemu_nbd_args q;
-  struct image_access access;
+  struct image_access img_access;
   struct backup_dir d;
   json_t *manifest, *run;
   char **chain = NULL;
@@ -241,7 +241,7 @@ serve_chain (const struct backup_options *o, const char *repo)
     return EXIT_FAILED;
   }
   status = key_status (o, run);
-  if (status != EXIT_OK || run_access (o, run, &access) == -1) {
+  if (status != EXIT_OK || run_access (o, run, &img_access) == -1) {
     json_decref (manifest);
     return status != EXIT_OK ? status : EXIT_FAILED;
   }
@@ -250,7 +250,7 @@ serve_chain (const struct backup_options *o, const char *repo)
   json_decref (manifest);
   if (depth < 0)
     return EXIT_FAILED;
-  image_qemu_nbd_args (dir, chain[0], depth, &access, true, &q);
+  image_qemu_nbd_args (dir, chain[0], depth, &img_access, true, &q);
   chain_free (chain);
 
   nbdkit_front (&c, o);
