@@ -240,6 +240,11 @@ backup_check (struct backup_options *o, char **operands)
 static int
 backup_run (struct backup_options *o, char **operands)
 {
+  /* Several disks at one instant, or hooks around the snapshot: the
+   * group (it opens a session per disk).
+   */
+  if (o->ndisks > 1 || o->pre_snapshot || o->post_snapshot)
+    return cmd_backup_group (o, operands[0]);
   return with_session (o, operands[0], cmd_backup);
 }
 

@@ -128,6 +128,26 @@ extern int cmd_restore (const struct backup_options *o, const char *dir_path,
 extern int cmd_verify (const struct backup_options *o, const char *dir_path);
 extern int cmd_list (const struct backup_options *o, const char *dir_path);
 extern int cmd_prune (const struct backup_options *o, const char *dir_path);
+/* One run in phases (snapfg-backup-run.c), for a backup of several
+ * disks at one instant (snapfg-backup-group.c, cmd_backup_group): every
+ * disk's run prepared (its directory, kind, server, connection), then
+ * every snapshot taken while the servers hold writes, then each run
+ * completed (copy, record).  Each returns an exit status; run_end
+ * cleans up (on failure: the snapshot and checkpoint dropped) and frees.
+ */
+struct run;
+extern struct run *run_new (const struct backup_options *o,
+                            const char *dir_path);
+extern int run_prepare (struct run *r);
+extern int run_snapshot (struct run *r);
+extern int run_complete (struct run *r, const char *group, json_t *info);
+extern void run_end (struct run *r, bool ok);
+extern unsigned run_seq (const struct run *r);
+extern const char *run_snapshot_name (const struct run *r);
+extern json_t *run_record_json (const struct run *r);
+/* backup with several --disks, or with --pre-snapshot/--post-snapshot. */
+extern int cmd_backup_group (struct backup_options *o, const char *repo);
+
 /* serve (snapfg-backup-serve.c): becomes nbdkit; returns on failure. */
 extern int cmd_serve (const struct backup_options *o, const char *repo);
 /* Is LOCATION a repository (its config file, or s3://), not a qcow2
