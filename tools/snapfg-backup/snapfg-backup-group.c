@@ -184,7 +184,7 @@ group_snapshots (struct group *g)
     json_decref (reply);
   }
   g->held = true;
-  for (i = 0; i < g->n && r == 0; ++i)
+  for (i = 0; i < g->n && r == 0 && !backup_interrupted; ++i)
     if (run_snapshot (g->disks[i].run) != EXIT_OK)
       r = -1;
   /* Tests only: the writes stay held this long (a host killed here). */
@@ -208,6 +208,10 @@ group_snapshots (struct group *g)
     if (reply == NULL)
       r = -1;
     json_decref (reply);
+  }
+  if (backup_interrupted && r == 0) {
+    backup_error ("interrupted: the run is rolled back");
+    r = -1;
   }
   g->held_s = tool_now () - t0;
   backup_info ("writes held on %zu server%s for %.0f ms%s", g->n,
