@@ -54,8 +54,9 @@ required=(
     # build
     build-essential autoconf automake libtool pkg-config perl
     nbdkit nbdkit-plugin-dev libnbd-dev libev-dev libjansson-dev
-    # snapfg-backup's checksums (GnuTLS)
-    libgnutls28-dev
+    # snapfg-backup's checksums and the repository's encryption (GnuTLS),
+    # the repository's compression (zstd)
+    libgnutls28-dev libzstd-dev
     # gcc's sanitizer runtimes (make check-sanitizers)
     libtsan2 libasan8 libubsan1
     # tests, demo and benchmark

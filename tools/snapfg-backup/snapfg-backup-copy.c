@@ -55,6 +55,7 @@
 #define PIECE_SIZE (1024 * 1024) /* bytes per request by default */
 #define MAX_PIECE (4 << 20)     /* ... at most */
 #define HASH_THREADS 2          /* the pool that hashes (and writes) */
+#define MAX_POOL_THREADS 8      /* ... at most (copy_job.threads) */
 
 /* The pieces are at most this many blocks (of at least 64K). */
 #define MAX_PIECE_BLOCKS (MAX_PIECE / 65536)
@@ -248,7 +249,7 @@ struct pool {
   struct slot *done;            /* finished, for the loop */
   bool quit;
   int efd;                      /* readable when done was filled */
-  pthread_t threads[HASH_THREADS];
+  pthread_t threads[MAX_POOL_THREADS];
   size_t nthreads;              /* 0: the loop hashes itself */
 };
 
@@ -260,6 +261,9 @@ pool_process (struct pool *p, struct slot *s)
   s->written = 0;
   if (p->job->direct)
     write_direct (p->job, s);
+  else if (p->job->sink)
+    s->error = p->job->sink (p->job, s->offset, s->buf, s->length, s->zero,
+                             s->nblocks, &s->written);
 }
 
 static void *
@@ -309,7 +313,8 @@ pool_start (struct pool *p, struct copy_job *job,
   p->efd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (p->efd == -1)
     return;
-  for (size_t i = 0; i < HASH_THREADS; ++i)
+  for (size_t i = 0; i < (job->threads ? job->threads : HASH_THREADS) &&
+         i < MAX_POOL_THREADS; ++i)
     if (pthread_create (&p->threads[p->nthreads], NULL, pool_thread, p) == 0)
       p->nthreads++;
 }
@@ -548,7 +553,7 @@ copier_advance (struct copier *c, struct slot *s)
     pool_submit (&c->pool, s);
   }
   if (s->state == SLOT_HASHED) {
-    if (job->direct) {
+    if (job->direct || job->sink) {
       job->bytes_written += s->written;
       s->state = SLOT_WRITE_DONE;
     }
@@ -567,7 +572,8 @@ copier_advance (struct copier *c, struct slot *s)
   }
   if (s->state == SLOT_WRITE_DONE) {
     if (s->error)
-      copier_fail (c, "writing the image at offset %" PRIu64 ": %s",
+      copier_fail (c, "%s at offset %" PRIu64 ": %s",
+                   job->sink ? "storing the chunk" : "writing the image",
                    s->offset, strerror (s->error));
     s->state = SLOT_IDLE;
     c->in_flight--;

@@ -52,6 +52,7 @@
 #include <sys/stat.h>
 
 #include "snapfg-backup.h"
+#include "snapfg-backup-repo.h"
 #include "cleanup.h"
 
 /* Each command's synopsis: in --help and in its usage error. */
@@ -88,6 +89,19 @@ usage (FILE *fp)
            "       " PRUNE_SYNOPSIS "\n"
            "       " GROUP_SYNOPSIS "\n"
            "       " SERVE_SYNOPSIS "\n"
+           "\n"
+           "A repository (deduplicated, compressed, encrypted chunks; every run\n"
+           "a full point; REPO a directory or s3://BUCKET[/PREFIX]):\n"
+           "       snapfg-backup init REPO [--encrypt --key-file F]\n"
+           "       snapfg-backup [-H ...] -S CONTROL -u NBD_URI backup REPO --disk NAME\n"
+           "                     [--full] [--key-file F] [--compress]\n"
+           "       snapfg-backup restore REPO OUT --disk NAME [--at N] [--key-file F]\n"
+           "       snapfg-backup verify REPO [--disk NAME] [--at N | --all] [--key-file F]\n"
+           "       snapfg-backup list REPO [--disk NAME] [--json]\n"
+           "       snapfg-backup prune REPO [--disk NAME] --keep-last N [--keep-hourly N]\n"
+           "                     [--keep-daily N] [--keep-weekly N] [--keep-monthly N]\n"
+           "                     [--keep-yearly N] [--dry-run]\n"
+           "       snapfg-backup gc REPO [--grace SECONDS] [--dry-run]\n"
            "\n"
            "  backup DIR       back up the server's origin into DIR: a full\n"
            "                   qcow2 image the first time, then incremental\n"
@@ -683,6 +697,16 @@ main (int argc, char *argv[])
   int status;
 
   tool_out.prog = "snapfg-backup";
+  /* A repository's commands (snapfg-backup-repo-main.c); -1: help,
+   * version or a usage error, printed below.
+   */
+  sigemptyset (&sa.sa_mask);
+  if (repo_command_line (argc, argv)) {
+    sigaction (SIGINT, &sa, NULL);
+    sigaction (SIGTERM, &sa, NULL);
+    if ((status = repo_main (argc, argv)) >= 0)
+      return status;
+  }
   /* Freed on every way out of main, the early usage returns included. */
   CLEANUP_FREE char **ssh_options = calloc (argc + 1, sizeof *ssh_options);
   CLEANUP_FREE struct backup_disk *disks = calloc (argc + 1, sizeof *disks);

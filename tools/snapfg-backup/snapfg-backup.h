@@ -325,6 +325,15 @@ struct copy_job {
   unsigned slots;               /* requests in flight (0: the default) */
   uint64_t piece;               /* bytes per request (0: the default) */
   uint64_t stop_after;          /* test hook: stop after this many bytes */
+  /* Or, with neither dst nor direct, each piece once hashed goes to
+   * sink, in a pool thread (a repository's chunks: several at once):
+   * 0 and *stored what it wrote, or an errno after a message.
+   */
+  int (*sink) (struct copy_job *job, uint64_t offset, const char *buf,
+               uint64_t len, const bool *zero, size_t nblocks,
+               uint64_t *stored);
+  void *sink_opaque;
+  unsigned threads;             /* the pool's threads (0: the default) */
 
   /* Results. */
   uint64_t bytes_read, bytes_written, bytes_zeroed;
