@@ -182,6 +182,38 @@ fi
 kill -TERM "$tcp_pid"; wait "$tcp_pid" 2>/dev/null || true
 unset "_nbdkit_pids[$tmpdir/tcp.pid]"
 
+# --limit-rate on backup and restore: the data is right and the copy
+# is not faster than the rate (a lower bound on the time only: a loaded
+# machine can make it slower, never faster; the accuracy is measured by
+# contrib/bench/rate-bench.sh).
+start_snapfg "$sock" "$pidf" origin="$disk" state="$tmpdir/disk.state" control="$ctl"
+bk backup "$tmpdir/limited" -S "$ctl" -u "$origin" ||
+    { cat "$tmpdir/bk.log"; fail "backup into limited failed"; }
+fill_export "$origin" $((8 << 20)) $((4 << 20)) 0x21
+t0=$(date +%s.%N)
+bk backup "$tmpdir/limited" -S "$ctl" -u "$origin" --limit-rate 1M ||
+    { cat "$tmpdir/bk.log"; fail "backup --limit-rate failed"; }
+t1=$(date +%s.%N)
+bk restore "$tmpdir/limited" "$tmpdir/limited.img" --limit-rate 32M ||
+    { cat "$tmpdir/bk.log"; fail "restore --limit-rate failed"; }
+t2=$(date +%s.%N)
+nbdcopy "$origin" "$tmpdir/now.img"
+cmp "$tmpdir/limited.img" "$tmpdir/now.img" && info "ok: --limit-rate: the data is right" ||
+    check_fail "--limit-rate: the restore differs from the disk"
+read_bytes=$(manifest_field "$tmpdir/limited" 2 bytes_read)
+"$PY" -c '
+import sys
+t0, t1, t2, n = map(float, sys.argv[1:5])
+# at 16 MiB/s and 32 MiB/s, less a tenth of a second of burst each
+# (the incremental at 1 MiB/s, the restore of the 64 MiB at 32 MiB/s,
+# each less a tenth of a second of burst)
+assert n >= 4 << 20, n
+assert t1 - t0 >= n / (1 << 20) - 0.2, ("backup", t1 - t0, n)
+assert t2 - t1 >= (64 << 20) / (32 << 20) - 0.2, ("restore", t2 - t1)
+' "$t0" "$t1" "$t2" "$read_bytes" &&
+    info "ok: --limit-rate: backup and restore no faster than the rate ($read_bytes bytes)" ||
+    check_fail "--limit-rate: a copy was faster than the rate"
+
 # =====================================================================
 info "=== 6. refusals"
 refused() {

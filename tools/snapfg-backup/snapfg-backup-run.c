@@ -643,6 +643,7 @@ run_copy (struct run *r)
   r->job.what = r->kind == RUN_FULL ? "full backup"
               : r->kind == RUN_INCREMENTAL ? "incremental backup"
               : "differential backup";
+  r->job.rate = r->o->limit_rate;
   stop_env = getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER");
   if (stop_env)
     r->job.stop_after = strtoull (stop_env, NULL, 10);

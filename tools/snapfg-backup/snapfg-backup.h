@@ -334,6 +334,8 @@ struct copy_job {
                uint64_t *stored);
   void *sink_opaque;
   unsigned threads;             /* the pool's threads (0: the default) */
+  uint64_t rate;                /* --limit-rate: bytes read per second at
+                                   most (a token bucket); 0: no limit */
 
   /* Results. */
   uint64_t bytes_read, bytes_written, bytes_zeroed;
