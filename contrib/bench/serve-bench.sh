@@ -102,5 +102,15 @@ import sys
 n, t, want = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 got = n / t
 print("%-34s %8.2f MiB/s over %.1f s (set %.2f MiB/s: %+.1f %%)"
-      % ("restore to a file --limit-rate", got / 2**20, t, want / 2**20,
+      % ("restore to a file (+ read-back)", got / 2**20, t, want / 2**20,
          100 * (got - want) / want))' "$((bytes / 4))" "$(echo "$t1 - $t0" | bc)" "$rbytes"
+# The copy engine's token bucket: a full backup with --limit-rate (its
+# own figure: bytes read over the run's time from the snapshot on).
+"$backup" backup "$tmp/limited" -S "$tmp/ctl" -u "$u" --limit-rate "$rate" \
+    --json 2>/dev/null | "$PY" -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+got, want = d["rate_bytes_per_s"], int(sys.argv[1])
+print("%-34s %8.2f MiB/s over %.1f s (set %.2f MiB/s: %+.1f %%)"
+      % ("backup --limit-rate " + sys.argv[2], got / 2**20, d["duration_s"],
+         want / 2**20, 100 * (got - want) / want))' "$rbytes" "$rate"
