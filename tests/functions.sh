@@ -109,6 +109,16 @@ require_nbd_check() {
 # --- temporary directory and cleanup ---------------------------------
 
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/snapfg-${test_name}.XXXXXX")
+# Write-back's held files (held-dir=) go where systemd's RuntimeDirectory=
+# would put them: a directory of this test's own on tmpfs, removed with
+# $tmpdir, so that a test that kills nbdkit leaves nothing in /run and
+# no two tests share one.  ($held_dir for the tests that look into it.)
+held_dir=$(mktemp -d /dev/shm/snapfg-${test_name}.XXXXXX)
+export RUNTIME_DIRECTORY=$held_dir
+# lose_tmpfs: what a crash of the system or a power cut does to tmpfs:
+# write-back's held files are gone (the writes no flush covered are lost,
+# as the NBD contract allows).  A test that plays a reboot calls it.
+lose_tmpfs() { rm -f "$held_dir"/snapfg-held-*; }
 declare -A _nbdkit_pids=()     # pidfile -> pid of the nbdkit we started
 declare -A _nbdkit_logs=()     # pidfile -> its stderr log
 _cleanup_hooks=()
@@ -145,9 +155,9 @@ _cleanup() {
         done
     fi
     if [ "${KEEP_TMP:-0}" = 1 ]; then
-        echo "$test_name: keeping $tmpdir" >&2
+        echo "$test_name: keeping $tmpdir and $held_dir" >&2
     else
-        rm -rf "$tmpdir"
+        rm -rf "$tmpdir" "$held_dir"
     fi
     echo "$test_name: exit status $rc after $((SECONDS - _test_start)) s"
     exit "$rc"

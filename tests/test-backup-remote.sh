@@ -162,4 +162,17 @@ run_ok 4
     check_fail "checkpoints after run 4: $(our_checkpoints "$ctl" | tr '\n' ' ')"
 pgrep -f -- "-p $port " >/dev/null && check_fail "an ssh of the runs is still running: $(pgrep -af -- "-p $port ")"
 
+# --- an NBD socket missing on the remote host (issue 30, D9) -----------
+# The message names the socket as the host sees it, not the local end of
+# ssh's forward.
+missing="$tmpdir/no-such-nbd.sock"
+st=0; rbk "$sd/known_hosts" -u "nbd+unix:///?socket=$missing" backup "$dir" || st=$?
+if [ "$st" -eq 4 ] && grep -q "$missing on $user@127.0.0.1" "$tmpdir/bk.log" &&
+   ! grep -q 'snapfg-backup-[A-Za-z0-9]*/nbd.sock:' "$tmpdir/bk.log"; then
+    info "ok: a missing remote NBD socket is named: $(grep -m1 "$missing" "$tmpdir/bk.log")"
+else
+    check_fail "missing remote NBD socket: exit $st, expected 4 naming $missing: $(cat "$tmpdir/bk.log")"
+fi
+[ -z "$(our_snapshots "$ctl")" ] || check_fail "the run without its NBD socket left $(our_snapshots "$ctl")"
+
 finish

@@ -138,6 +138,8 @@ open_engine (void)
     .writeback = params.writeback,
     .writeback_max = params.writeback_max,
     .origin_moved = params.origin_moved,
+    .held_dir = params.held_dir,
+    .held_dir_on_disk = params.held_dir_on_disk,
   };
   const char *problem;
 
@@ -207,6 +209,11 @@ open_engine (void)
     if (startup_snapshot (params.extra_snapshots.ptr[i].name,
                           params.extra_snapshots.ptr[i].cow_path) < 0)
       goto fail;
+  /* Writes a crash left held are replayed now, with every store of the
+   * catalogue and the command line attached, before any client.
+   */
+  if (snapfg_engine_replay_held (engine) < 0)
+    goto fail;
   return 0;
 
  fail:

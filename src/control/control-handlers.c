@@ -488,6 +488,7 @@ control_do_create (struct control_call *call)
     .cow_size = control_arg_size (req, "cow_size"),
     .checkpoint = control_arg_string (req, "checkpoint"),
     .checkpoint_owner = control_arg_string (req, "checkpoint_owner"),
+    .temporary = control_arg_bool (req, "temporary"),
   };
   struct snapfg_snapshot *s;
   int r;

@@ -58,12 +58,22 @@ struct snapfg_options {
   bool origin_moved;               /* origin-moved=true: stores and bitmaps
                                       bound to another disk of the
                                       origin's size are rebound to it */
+  const char *held_dir;            /* held-dir=, or NULL: the default */
+  bool held_dir_on_disk;           /* held-dir-on-disk=true */
 };
 
 /* writeback-max= default: a sixteenth of the machine's memory, at
  * least 64M and at most 1G (see nbdkit-snapfg-plugin(1)).
  */
 extern uint64_t snapfg_default_writeback_max (void);
+
+/* Replay what a held file left by an unclean stop holds (the writes
+ * write-back had acknowledged and not applied), before any client is
+ * served: after the snapshots of the catalogue and the command line are
+ * attached.  Nothing to do: 0.  Returns 0 or -1 with the refusal logged
+ * (the server must not start: the file names itself and what to do).
+ */
+extern int snapfg_engine_replay_held (struct snapfg_engine *e);
 
 /* Write-back of first writes (writeback=), for stats. */
 struct snapfg_writeback_stats {
@@ -115,6 +125,9 @@ struct snapfg_snapshot_options {
                                       snapshot's instant (checkpoint.h) */
   const char *checkpoint_owner;    /* who made it (snapfg-backup: its
                                       HOST:DIR), shown by checkpoint list */
+  bool temporary;                  /* for one run of a tool (snapfg-backup):
+                                      recorded so, and dropped at the next
+                                      start instead of brought back */
 };
 
 struct catalogue;

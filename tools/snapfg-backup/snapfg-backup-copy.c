@@ -774,8 +774,8 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
 
   if (!c.failed && job->stop_after && c.done >= job->stop_after) {
     /* Test hook: nothing is in flight now; wait here to be killed. */
-    fprintf (stderr, "snapfg-backup: stopped after %" PRIu64
-             " bytes (SNAPFG_BACKUP_TEST_STOP_AFTER)\n", c.done);
+    tool_info ("stopped after %" PRIu64 " bytes "
+               "(SNAPFG_BACKUP_TEST_STOP_AFTER)", c.done);
     raise (SIGSTOP);
     snprintf (err, err_len, "stopped by SNAPFG_BACKUP_TEST_STOP_AFTER");
     c.failed = true;

@@ -516,8 +516,10 @@ key_file_check (const char *path)
 
   /* Opened, not only stat'd: a key the tool cannot read is as missing
    * as one that is not there, and says so before any work starts.
+   * O_NONBLOCK: a FIFO (a key handed over by another program) is not
+   * waited for here; qemu reads it.
    */
-  fd = open (path, O_RDONLY | O_CLOEXEC);
+  fd = open (path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd == -1 || fstat (fd, &st) == -1) {
     backup_error ("--key-file %s: %m", path);
     if (fd >= 0)
@@ -525,11 +527,12 @@ key_file_check (const char *path)
     return -1;
   }
   close (fd);
-  if (!S_ISREG (st.st_mode)) {
-    backup_error ("--key-file %s: not a regular file", path);
+  if (S_ISDIR (st.st_mode)) {
+    backup_error ("--key-file %s: a directory, not a key", path);
     return -1;
   }
-  if (st.st_mode & (S_IRGRP | S_IROTH | S_IWGRP | S_IWOTH))
+  if (S_ISREG (st.st_mode) &&
+      (st.st_mode & (S_IRGRP | S_IROTH | S_IWGRP | S_IWOTH)))
     backup_info ("warning: --key-file %s can be read or written by other "
                  "users (mode %04o): anyone who reads it can read the "
                  "backups; chmod 600 %s", path,

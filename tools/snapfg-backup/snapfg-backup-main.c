@@ -2,7 +2,7 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg-backup: full and incremental backups of a snapfg origin.
  *
- *   snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full]
+ *   snapfg-backup [-H HOST] -S CONTROL -u NBD_URI backup DIR [--full | --diff]
  *   snapfg-backup restore DIR OUT|- [--at N] [-O raw|qcow2] [--no-verify]
  *   snapfg-backup verify DIR [--at N | --all]
  *   snapfg-backup list DIR
@@ -23,7 +23,8 @@
  *   3. the manifest naming NNNN-TYPE.qcow2 is made durable;
  *   4. the .partial is renamed to its name (a next run or a restore
  *      finishes this rename if a crash came between 3 and 4);
- *   5. the older checkpoint is dropped.
+ *   5. the checkpoints no run needs are dropped (the last run's and
+ *      the latest full run's stay).
  * Anything of a run that is not in the manifest is a leftover: the next
  * run removes it (files, snapshots and checkpoints carrying this
  * directory's chain id).
@@ -166,7 +167,7 @@ usage (FILE *fp)
 static int
 usage_hint (void)
 {
-  fprintf (stderr, "snapfg-backup: try 'snapfg-backup --help'\n");
+  tool_error ("try 'snapfg-backup --help'");
   return EXIT_USAGE;
 }
 
@@ -180,6 +181,7 @@ struct subcommand {
   const char *name;
   int operands;                 /* the number of operands after NAME */
   const char *synopsis;
+  bool with_host;               /* may run from a backup host (-H) */
   /* true when O has an option that is not this command's (or its
    * options conflict); NULL: it takes them all.
    */
@@ -236,16 +238,16 @@ backup_check (struct backup_options *o, char **operands)
                                   "a backup of one disk\n"), EXIT_USAGE)
       : EXIT_OK;
   if (o->socket == NULL || o->uri == NULL) {
-    fprintf (stderr, "snapfg-backup: backup: give the server's control "
-             "socket with -S CONTROL and its NBD URI with -u NBD_URI\n");
+    tool_error ("backup: give the server's control "
+                "socket with -S CONTROL and its NBD URI with -u NBD_URI");
     return EXIT_USAGE;
   }
   if (o->host && o->cow_dir) {
     /* Its stores are files of the server's machine: this one cannot
      * remove them after a run.
      */
-    fprintf (stderr, "snapfg-backup: --cow-dir is for a backup on the "
-             "server's machine, not with -H\n");
+    tool_error ("--cow-dir is for a backup on the "
+                "server's machine, not with -H");
     return EXIT_USAGE;
   }
   return EXIT_OK;
@@ -275,8 +277,8 @@ restore_check (struct backup_options *o, char **operands)
   if (o->format == NULL)
     o->format = "raw";
   if (strcmp (o->format, "raw") != 0 && strcmp (o->format, "qcow2") != 0) {
-    fprintf (stderr, "snapfg-backup: -O %s: the output format is raw or "
-             "qcow2\n", o->format);
+    tool_error ("-O %s: the output format is raw or "
+                "qcow2", o->format);
     return EXIT_USAGE;
   }
   return EXIT_OK;
@@ -380,21 +382,31 @@ serve_run (struct backup_options *o, char **operands)
 }
 
 static const struct subcommand subcommands[] = {
-  { "backup", 1, BACKUP_SYNOPSIS, backup_options_wrong, backup_check,
+  { "backup", 1, BACKUP_SYNOPSIS, true, backup_options_wrong, backup_check,
     backup_run },
-  { "restore", 2, RESTORE_SYNOPSIS, restore_options_wrong, restore_check,
-    restore_run },
-  { "verify", 1, VERIFY_SYNOPSIS, verify_options_wrong, NULL, verify_run },
-  { "list", 1, LIST_SYNOPSIS, list_options_wrong, NULL, list_run },
-  { "prune", 1, PRUNE_SYNOPSIS, prune_options_wrong, NULL, prune_run },
-  { "serve", 1, SERVE_SYNOPSIS, serve_options_wrong, serve_check, serve_run },
+  { "restore", 2, RESTORE_SYNOPSIS, false, restore_options_wrong,
+    restore_check, restore_run },
+  { "verify", 1, VERIFY_SYNOPSIS, false, verify_options_wrong, NULL,
+    verify_run },
+  { "list", 1, LIST_SYNOPSIS, false, list_options_wrong, NULL, list_run },
+  { "prune", 1, PRUNE_SYNOPSIS, true, prune_options_wrong, NULL, prune_run },
+  { "serve", 1, SERVE_SYNOPSIS, false, serve_options_wrong, serve_check,
+    serve_run },
 };
+#define NR_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
 
-/* The commands that may run from a backup host (-H). */
-static bool
-remote_command (const struct subcommand *sc)
+/* "backup, restore, verify, list or prune", from the table. */
+static const char *
+subcommand_names (char *buf, size_t len)
 {
-  return strcmp (sc->name, "backup") == 0 || strcmp (sc->name, "prune") == 0;
+  size_t used = 0;
+
+  buf[0] = '\0';
+  for (size_t i = 0; i < NR_SUBCOMMANDS && used < len; ++i)
+    used += snprintf (buf + used, len - used, "%s%s",
+                      i == 0 ? "" : i + 1 < NR_SUBCOMMANDS ? ", " : " or ",
+                      subcommands[i].name);
+  return buf;
 }
 
 static const struct subcommand *
@@ -402,7 +414,7 @@ find_subcommand (const char *name)
 {
   size_t i;
 
-  for (i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+  for (i = 0; i < NR_SUBCOMMANDS; i++)
     if (strcmp (subcommands[i].name, name) == 0)
       return &subcommands[i];
   return NULL;
@@ -473,32 +485,32 @@ parse_valued_option (int c, struct backup_options *o)
   case OPT_PROGRESS:
     if (tool_parse_progress (optarg, &tool_out.progress) == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --progress=%s: auto, always or never\n",
-             optarg);
+    tool_error ("--progress=%s: auto, always or never",
+                optarg);
     return EXIT_USAGE;
   case OPT_TIMEOUT:
     if (tool_parse_timeout (optarg, 1, &o->timeout) == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --timeout: not a number of seconds "
-             "(1 to %d): %s\n", TOOL_MAX_TIMEOUT, optarg);
+    tool_error ("--timeout: not a number of seconds "
+                "(1 to %d): %s", TOOL_MAX_TIMEOUT, optarg);
     return EXIT_USAGE;
   case OPT_COMPRESS:
     o->compress = optarg ? optarg : "zstd";
     if (strcmp (o->compress, "zstd") == 0 || strcmp (o->compress, "zlib") == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --compress=%s: zstd or zlib\n",
-             o->compress);
+    tool_error ("--compress=%s: zstd or zlib",
+                o->compress);
     return EXIT_USAGE;
   case OPT_KEEP_LAST:
     if (parse_count (optarg, &o->keep_last) == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --keep-last: not a number of runs "
-             "(1 or more): %s\n", optarg);
+    tool_error ("--keep-last: not a number of runs "
+                "(1 or more): %s", optarg);
     return EXIT_USAGE;
   case OPT_AT:
     if (parse_count (optarg, &o->at) == 0)
       return EXIT_OK;
-    fprintf (stderr, "snapfg-backup: --at: not a run number: %s\n", optarg);
+    tool_error ("--at: not a run number: %s", optarg);
     return EXIT_USAGE;
   case OPT_LIMIT_RATE:
     if (tool_parse_rate (optarg, &o->limit_rate) == 0)
@@ -601,18 +613,18 @@ check_command_line (const struct subcommand *sc, struct backup_options *o,
 {
   if (noperands != sc->operands ||
       (sc->options_wrong && sc->options_wrong (o))) {
-    fprintf (stderr, "snapfg-backup: usage: %s\n", sc->synopsis);
+    tool_error ("usage: %s", sc->synopsis);
     return EXIT_USAGE;
   }
-  if (o->host && !remote_command (sc)) {
-    fprintf (stderr, "snapfg-backup: %s: -H is for backup and prune\n",
-             sc->name);
+  if (o->host && !sc->with_host) {
+    tool_error ("%s: -H is not for this command (see snapfg-backup --help)",
+                sc->name);
     return EXIT_USAGE;
   }
   if (o->host == NULL && (o->nssh_options ||
                           strcmp (o->remote_snapfgctl, "snapfgctl") != 0)) {
-    fprintf (stderr, "snapfg-backup: --ssh-option and --remote-snapfgctl "
-             "need -H HOST\n");
+    tool_error ("--ssh-option and --remote-snapfgctl "
+                "need -H HOST");
     return EXIT_USAGE;
   }
   if (o->key_file && key_file_check (o->key_file) == -1)
@@ -694,6 +706,7 @@ main (int argc, char *argv[])
   const struct subcommand *sc;
   const char *cmd;
   CLEANUP_FREE char *disk_dir = NULL;
+  char names[256];
   int status;
 
   tool_out.prog = "snapfg-backup";
@@ -713,7 +726,7 @@ main (int argc, char *argv[])
   o.ssh_options = ssh_options;
   o.disks = disks;
   if (o.ssh_options == NULL || o.disks == NULL) {
-    perror ("snapfg-backup");
+    tool_error ("out of memory");
     return EXIT_FAILED;
   }
 
@@ -722,15 +735,15 @@ main (int argc, char *argv[])
   if (status != -1)
     return status;
   if (optind >= argc) {
-    fprintf (stderr, "snapfg-backup: no command given (backup, restore, "
-             "verify, list, prune or serve)\n");
+    tool_error ("no command given (%s)",
+                subcommand_names (names, sizeof names));
     return usage_hint ();
   }
   cmd = argv[optind++];
   sc = find_subcommand (cmd);
   if (sc == NULL) {
-    fprintf (stderr, "snapfg-backup: unknown command '%s' (backup, restore, "
-             "verify, list, prune or serve; see snapfg-backup --help)\n", cmd);
+    tool_error ("unknown command '%s' (%s; see snapfg-backup --help)", cmd,
+                subcommand_names (names, sizeof names));
     return EXIT_USAGE;
   }
   if (argc - optind == sc->operands) {

@@ -139,8 +139,9 @@ orphaned (const char *name, const char *owner)
 /* 6. This chain's checkpoints on the server that no run needs: all but
  * the last run's, and the one a next differential starts from.
  */
-static json_t *
-drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
+json_t *
+drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest,
+                           bool tell_own)
 {
   json_t *runs = json_object_get (manifest, "runs");
   json_t *last = json_array_get (runs, json_array_size (runs) - 1);
@@ -179,7 +180,7 @@ drop_unneeded_checkpoints (const struct backup_options *o, json_t *manifest)
       backup_error ("warning: dropping checkpoint %s: %s", n, err);
     else {
       json_array_append_new (dropped, json_string (n));
-      if (!o->json)
+      if (!o->json && (tell_own || strncmp (n, prefix, strlen (prefix)) != 0))
         backup_info ("dropped checkpoint %s (no run needs it%s%s)", n,
                      json_str (v, "owner") ? ", made for " : "",
                      json_str (v, "owner") ? json_str (v, "owner") : "");
@@ -434,6 +435,16 @@ prune_rename_images (struct prune *p)
                            json_integer (json_u64 (p->keep_run, "seq")));
 }
 
+/* Is F among the first I names of FILES? */
+static bool
+listed_before (json_t *files, size_t i, const char *f)
+{
+  for (size_t j = 0; j < i; ++j)
+    if (strcmp (json_string_value (json_array_get (files, j)), f) == 0)
+      return true;
+  return false;
+}
+
 /* 5.  Only what no kept run names goes (an empty run names the image of
  * the run before it), and only what went is reported.
  */
@@ -442,7 +453,7 @@ prune_remove_files (struct prune *p)
 {
   for (size_t i = 0; i < json_array_size (p->files); ) {
     const char *f = json_string_value (json_array_get (p->files, i));
-    if (referenced (p->runs, 0, f) ||
+    if (listed_before (p->files, i, f) || referenced (p->runs, 0, f) ||
         (unlinkat (p->d.fd, f, 0) == -1 && errno != ENOENT)) {
       json_array_remove (p->files, i);
       continue;
@@ -518,6 +529,12 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
   }
   if (prune_open (&p) == -1 || prune_choose_kept (&p) == -1)
     goto out;
+  /* An encrypted chain's key is asked for even with nothing to prune:
+   * a missing key gives the same status whatever the directory holds.
+   */
+  status = key_status (o, p.keep_run);
+  if (status != EXIT_OK)
+    goto out;
   if (p.from == 0) {
     if (!o->json)
       backup_info ("%s: %zu runs, --keep-last %ld: nothing to prune",
@@ -530,7 +547,7 @@ cmd_prune (const struct backup_options *o, const char *dir_path)
   /* 6. */
   if (status == EXIT_OK && o->socket) {
     json_decref (p.dropped);
-    p.dropped = drop_unneeded_checkpoints (o, p.manifest);
+    p.dropped = drop_unneeded_checkpoints (o, p.manifest, true);
   }
   else if (status == EXIT_OK && !o->json)
     backup_info ("the server's checkpoints are not checked: give -S CONTROL "

@@ -12,6 +12,7 @@
 #include <config.h>
 
 #include <stdio.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <inttypes.h>
@@ -85,29 +86,6 @@ drop_checkpoint (const struct backup_options *o, const char *name)
 struct run;
 static int drop_snapshot (struct run *r, const char *name);
 
-/* Names of the server's snapshots or checkpoints that start with PREFIX. */
-static json_t *
-server_names (const struct backup_options *o, enum control_cmd cmd,
-              const char *key, const char *prefix)
-{
-  json_t *req = control_request (cmd);
-  json_t *reply, *out = json_array (), *v;
-  char err[512];
-  size_t i;
-
-  reply = control_call (o, req, err, sizeof err);
-  json_decref (req);
-  if (reply == NULL)
-    return out;
-  json_array_foreach (json_object_get (reply, key), i, v) {
-    const char *n = json_str (v, "name");
-    if (n && strncmp (n, prefix, strlen (prefix)) == 0)
-      json_array_append_new (out, json_string (n));
-  }
-  json_decref (reply);
-  return out;
-}
-
 /* The state of one run, from step to step. */
 enum run_kind { RUN_FULL, RUN_INCREMENTAL, RUN_DIFFERENTIAL };
 
@@ -118,7 +96,6 @@ struct run {
   bool dir_created;             /* by this run: removed if it fails */
   json_t *manifest, *runs, *last;
   json_t *base;                 /* the run this one copies changes since */
-  json_t *stale_ckpts;
   enum run_kind kind;
   const char *since;            /* checkpoint the changes are since */
   const char *backing;          /* the image under this run's */
@@ -311,6 +288,31 @@ run_choose_kind (struct run *r)
   return 0;
 }
 
+/* With --cow-dir: this chain's stores that no snapshot uses any more
+ * (every snapshot of the chain is dropped by now), such as the store of
+ * a run's snapshot that the server dropped when it restarted after a
+ * crash (a temporary snapshot's store is the tool's to remove).
+ */
+static void
+remove_cow_leftovers (struct run *r)
+{
+  DIR *dir;
+  struct dirent *ent;
+  size_t len;
+
+  if (r->o->cow_dir == NULL || (dir = opendir (r->cow_dir)) == NULL)
+    return;
+  while ((ent = readdir (dir)) != NULL) {
+    len = strlen (ent->d_name);
+    if (strncmp (ent->d_name, r->prefix, strlen (r->prefix)) == 0 &&
+        len > 4 && strcmp (ent->d_name + len - 4, ".cow") == 0 &&
+        unlinkat (dirfd (dir), ent->d_name, 0) == 0)
+      backup_info ("removed %s/%s, the store of an interrupted run's "
+                   "snapshot", r->cow_dir, ent->d_name);
+  }
+  closedir (dir);
+}
+
 /* 3. The server: reachable, the origin's size, snapshots left by
  * interrupted runs of this chain dropped.
  */
@@ -337,16 +339,11 @@ run_inspect_server (struct run *r)
     }
   }
   json_decref (reply);
+  remove_cow_leftovers (r);
   if (r->size == 0) {
     backup_error ("the server reports an empty origin: nothing to back up");
     return -1;
   }
-  /* Checkpoints of this chain other than the ones the manifest needs
-   * are leftovers; they are dropped once this run is recorded (keeping
-   * them until then keeps "changed since" exact whatever happens).
-   */
-  r->stale_ckpts = server_names (r->o, CONTROL_CHECKPOINT_LIST, "checkpoints",
-                                 r->prefix);
   return 0;
 }
 
@@ -444,6 +441,11 @@ run_take_snapshot (struct run *r)
   control_request_set_string (req, "name", r->name);
   control_request_set_string (req, "checkpoint", r->name);
   control_request_set_string (req, "checkpoint_owner", r->o->session->owner);
+  /* The snapshot serves this run only: should the server die during
+   * it, it is dropped at the server's next start rather than kept
+   * copying out every first write until this chain's next run.
+   */
+  control_request_set (req, "temporary", json_true ());
   if (r->o->cow_dir) {
     char cow_path[PATH_MAX + 128];
     snprintf (cow_path, sizeof cow_path, "%s/%s.cow", r->cow_dir, r->name);
@@ -487,6 +489,12 @@ run_find_ranges (struct run *r)
   control_request_set_string (req, "name", r->name);
   reply = control_call (r->o, req, err, sizeof err);
   json_decref (req);
+  if (reply == NULL && control_failure_status (r->o) != EXIT_FAILED) {
+    /* No reply: the server went away, it did not refuse. */
+    backup_error ("asking the server what changed since checkpoint %s: %s",
+                  r->since, err);
+    return control_failure_status (r->o);
+  }
   if (reply == NULL) {
     backup_error ("%s %s backup since checkpoint %s is impossible: %s; run "
                   "with --full", kind_article (r->kind), kind_name (r->kind),
@@ -805,23 +813,16 @@ diff_checkpoint_to_keep (json_t *runs)
 }
 
 /* 9. Checkpoints no run needs any more: all of this chain's but this
- * run's, and the one a next differential starts from.
+ * run's and the latest full's (a next --diff starts there), including
+ * leftovers of interrupted runs (kept until now, so that "changed
+ * since" stays exact whatever happens); and those of chains whose
+ * directory was deleted (or holds another chain now), so that they do
+ * not pile up on the server until someone runs prune -S.
  */
 static void
 run_drop_old_checkpoints (struct run *r)
 {
-  const char *keep = diff_checkpoint_to_keep (r->runs);
-  const char *prev = r->last ? json_str (r->last, "checkpoint") : NULL;
-  json_t *v;
-  size_t i;
-
-  if (prev && (!keep || strcmp (keep, prev) != 0))
-    drop_checkpoint (r->o, prev);
-  json_array_foreach (r->stale_ckpts, i, v) {
-    const char *n = json_string_value (v);
-    if ((!prev || strcmp (n, prev) != 0) && (!keep || strcmp (n, keep) != 0))
-      drop_checkpoint (r->o, n);
-  }
+  json_decref (drop_unneeded_checkpoints (r->o, r->manifest, false));
 }
 
 /* A run that is not recorded leaves the server and the directory as it
@@ -858,7 +859,6 @@ run_cleanup (struct run *r, bool ok)
   }
   free (r->ranges);
   free (r->sums);
-  json_decref (r->stale_ckpts);
   json_decref (r->manifest);
   if (r->d.fd >= 0)
     close (r->d.fd);
@@ -873,7 +873,8 @@ static bool
 run_lost_server (struct run *r)
 {
   for (size_t i = 0; i < r->nsrc; ++i)
-    if (r->src[i] && nbd_aio_is_dead (r->src[i]))
+    if (r->src[i] && (nbd_aio_is_dead (r->src[i]) ||
+                      nbd_aio_is_closed (r->src[i])))
       return true;
   return false;
 }
@@ -1014,6 +1015,11 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
     status = run_snapshot (r);
   if (status == EXIT_OK)
     status = run_complete (r, NULL, NULL);
+  /* A run that failed because the server went away says so (4), as a
+   * run that could not reach it at all does.
+   */
+  if (status == EXIT_FAILED && run_lost_server (r))
+    status = EXIT_UNREACHABLE;
   run_end (r, status == EXIT_OK);
   return status;
 }

@@ -22,13 +22,16 @@
 #include "snapfg-backup.h"
 #include "full-io.h"
 
-/* The program's messages, read back from F (its stderr): the last
- * line that says something, in OUT.
+/* The program's messages, read back from FD (its stderr): the line
+ * that says the disk is full if there is one (qemu-img may say more
+ * after it, such as failing to remove what it made), else the last line
+ * that is not a warning; in OUT.
  */
 static void
 last_message (int fd, char *out, size_t len)
 {
-  char buf[4096], *line, *save = NULL;
+  char buf[8192], *line, *save = NULL;
+  bool full = false;
   ssize_t n;
 
   out[0] = '\0';
@@ -36,10 +39,12 @@ last_message (int fd, char *out, size_t len)
   if (n <= 0)
     return;
   buf[n] = '\0';
-  for (line = strtok_r (buf, "\n", &save); line;
-       line = strtok_r (NULL, "\n", &save))
-    if (strstr (line, "warning:") == NULL)
+  for (line = strtok_r (buf, "\n", &save); line && !full;
+       line = strtok_r (NULL, "\n", &save)) {
+    full = strcasestr (line, "No space left on device") != NULL;
+    if (full || strstr (line, "warning:") == NULL)
       snprintf (out, len, "%s", line);
+  }
 }
 
 /* Copy what the program printed on its stderr (F) to ours, as it was. */

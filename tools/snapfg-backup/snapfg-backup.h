@@ -220,6 +220,15 @@ extern int check_new_dir (struct backup_dir *d);
  */
 extern int clean_leftovers (struct backup_dir *d, json_t *last);
 
+/* The checkpoints on the server that no run needs, dropped: this
+ * chain's but the last run's and the latest full's, and those of other
+ * chains whose directory (their owner, on this host) is gone or holds
+ * another chain now.  Returns the names dropped (a JSON array); says
+ * each one unless --json (this chain's own only with TELL_OWN).
+ */
+extern json_t *drop_unneeded_checkpoints (const struct backup_options *o,
+                                          json_t *manifest, bool tell_own);
+
 /* --- the session with the server (snapfg-backup-session.c) --- */
 
 struct backup_session {
