@@ -112,7 +112,7 @@ if have script; then
         check_fail "no progress line on a terminal: $(tr '\r' '\n' <"$tmpdir/tty.log" | tail -n 3)"
     cmp "$tmpdir/tty.img" "$tmpdir/expect-4.img" || check_fail "restore on a terminal differs"
 else
-    info "script(1) not found: the progress line on a terminal is not checked"
+    skip_part "the progress line on a terminal: script(1) (util-linux) is not installed"
 fi
 
 # Every point, byte for byte.

@@ -5,7 +5,8 @@
 # incremental runs while a writer keeps writing, every point restored
 # byte for byte (to a file and to an NBD export), incrementals that read
 # only the chunks the checkpoint says changed, list's sizes, the
-# server's snapshots and checkpoints after the runs, and a backup DIR
+# server's snapshots and checkpoints after the runs, a disk whose size
+# is not a multiple of the chunk size, and a backup DIR
 # that is not a repository still taking the qcow2 chains.
 
 set -euo pipefail
@@ -162,5 +163,20 @@ bk -S "$ctl_a" -u "$origin_a" backup "$tmpdir/chain" || fail "qcow2 backup: $(ca
 [ -f "$tmpdir/chain/manifest.json" ] && ls "$tmpdir/chain" | grep -q '0001-full.qcow2' ||
     check_fail "backup DIR did not make a qcow2 chain: $(ls "$tmpdir/chain")"
 [ ! -e "$tmpdir/chain/config" ] || check_fail "the qcow2 chain directory got a repository config"
+
+# --- a disk whose size is not a multiple of the chunk size -------------------
+repo_server c $((10 * 1024 * 1024 + 12288))
+rb_run "$repo" odd c 1 --compress
+"$PY" - "$origin_c" "$size" <<'PYEOF'
+import nbd, os, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1]); s = int(sys.argv[2])
+h.pwrite(os.urandom(4096), s - 4096)
+h.shutdown()
+PYEOF
+rb_run "$repo" odd c 2 --compress
+[ "$(run_field odd 2 bytes_read)" -eq $((size - 8 * 1024 * 1024)) ] ||
+    check_fail "odd-sized disk: run 2 read $(run_field odd 2 bytes_read) bytes (only the short last chunk changed)"
+rb_restores "$repo" odd 1
+rb_restores "$repo" odd 2
 
 finish

@@ -17,6 +17,8 @@
 # Once more after the rounds, the worst case for 4 MiB chunks: 5 % of
 # the 64 KiB granules rewritten, scattered uniformly (nearly every chunk
 # then holds a change, and the incremental reads nearly everything).
+# nbdcopy is timed twice, plain and with --flush (its file durable, as
+# every chunk and restored file of snapfg-backup is).
 # The medians of the per-round ratios are the figures: full / nbdcopy
 # (goal <= 1.1), zstd+encrypted / nbdcopy (<= 1.5), incremental / full
 # (<= 0.15), restore / nbdcopy (<= 1.2).  Once: a second disk made from
@@ -87,14 +89,14 @@ run() {     # ARGS... -> seconds; the JSON result in $tmp/last.json
     elapsed "$t0" "$t1"
 }
 jfield() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$tmp/last.json" "$1"; }
-nbdcopy_round() {
+nbdcopy_round() {   # [--flush]
     local t0 t1
     "$ctl" -S "$tmp/a.ctl" create bench-snap >/dev/null
     rm -f "$tmp/copy.raw"
     sync
     warm
     t0=$(now)
-    nbdcopy "$(uri a bench-snap)" "$tmp/copy.raw"
+    nbdcopy "$@" "$(uri a bench-snap)" "$tmp/copy.raw"
     t1=$(now)
     "$ctl" -S "$tmp/a.ctl" drop bench-snap >/dev/null
     rm -f "$tmp/copy.raw"
@@ -140,12 +142,13 @@ first=$(jfield bytes_added)
 run -S "$tmp/b.ctl" -u "$(uri b)" backup "$tmp/dedup" --disk b "${threads[@]}" >/dev/null
 second=$(jfield bytes_added)
 dedup_line="- second disk from the same image: stored $second bytes against $first for the first: $(ratio "$second" "$first") (goal <= 0.10)"
-echo "| round | nbdcopy (s) | full plain (s) | full zstd+enc (s) | restore (s) | incr $pct % (s) | full / nbdcopy | zstd+enc / nbdcopy | restore / nbdcopy | incr / full |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-r_full=(); r_enc=(); r_rest=(); r_incr=(); t_fulls=()
+echo "| round | nbdcopy (s) | nbdcopy --flush (s) | full plain (s) | full zstd+enc (s) | restore (s) | incr $pct % (s) | full / nbdcopy | full / --flush | zstd+enc / nbdcopy | zstd+enc / --flush | restore / nbdcopy | restore / --flush | incr / full |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+r_full=(); r_enc=(); r_rest=(); r_incr=(); t_fulls=(); f_full=(); f_enc=(); f_rest=()
 for r in $(seq "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then
         tc=$(nbdcopy_round)
+        tf=$(nbdcopy_round --flush)
         tp=$(full_round plain)
         te=$(full_round enc --encrypt --key-file "$tmp/key" -- --compress --key-file "$tmp/key")
         tr=$(restore_round)
@@ -154,6 +157,7 @@ for r in $(seq "$rounds"); do
         te=$(full_round enc --encrypt --key-file "$tmp/key" -- --compress --key-file "$tmp/key")
         tp=$(full_round plain)
         tr=$(restore_round)
+        tf=$(nbdcopy_round --flush)
         tc=$(nbdcopy_round)
     fi
     change "$r" >/dev/null
@@ -162,14 +166,15 @@ for r in $(seq "$rounds"); do
     t_fulls+=("$tp")
     r_full+=("$(ratio "$tp" "$tc")"); r_enc+=("$(ratio "$te" "$tc")")
     r_rest+=("$(ratio "$tr" "$tc")"); r_incr+=("$(ratio "$ti" "$tp")")
-    echo "| $r | $tc | $tp | $te | $tr | $ti | ${r_full[-1]} | ${r_enc[-1]} | ${r_rest[-1]} | ${r_incr[-1]} |"
+    f_full+=("$(ratio "$tp" "$tf")"); f_enc+=("$(ratio "$te" "$tf")"); f_rest+=("$(ratio "$tr" "$tf")")
+    echo "| $r | $tc | $tf | $tp | $te | $tr | $ti | ${r_full[-1]} | ${f_full[-1]} | ${r_enc[-1]} | ${f_enc[-1]} | ${r_rest[-1]} | ${f_rest[-1]} | ${r_incr[-1]} |"
 done
 echo
 echo "medians of $rounds paired rounds ($size disk, $data_pct % data):"
-echo "- full plain / nbdcopy: $(median "${r_full[@]}") (goal <= 1.1)"
-echo "- full zstd+encrypted / nbdcopy: $(median "${r_enc[@]}") (goal <= 1.5)"
+echo "- full plain / nbdcopy: $(median "${r_full[@]}") (goal <= 1.1); / nbdcopy --flush (durable, as a backup is): $(median "${f_full[@]}")"
+echo "- full zstd+encrypted / nbdcopy: $(median "${r_enc[@]}") (goal <= 1.5); / nbdcopy --flush: $(median "${f_enc[@]}")"
 echo "- incremental ($pct % changed) / full plain: $(median "${r_incr[@]}") (goal <= 0.15)"
-echo "- restore / nbdcopy: $(median "${r_rest[@]}") (goal <= 1.2)"
+echo "- restore / nbdcopy: $(median "${r_rest[@]}") (goal <= 1.2); / nbdcopy --flush: $(median "${f_rest[@]}")"
 
 echo "$dedup_line"
 change 99 65536 >/dev/null

@@ -271,8 +271,9 @@ plugin_cleanup (void)
 struct handle {
   struct snapfg_snapshot *snapshot;   /* NULL: the origin */
   /* Held origin writes that failed after write-back acknowledged them,
-   * as this connection last reported them: more since, and its next
-   * flush or FUA request fails with EIO.
+   * as this connection last reported them (from the count last reported
+   * to anyone when it opened): more since, and its next flush or FUA
+   * request fails with EIO.
    */
   uint64_t writeback_errors_seen;
 };
@@ -346,7 +347,7 @@ plugin_open (int readonly)
       return NULL;
     }
   }
-  h->writeback_errors_seen = snapfg_writeback_errors (engine);
+  h->writeback_errors_seen = snapfg_writeback_errors_sample (engine);
   snapfg_view_connection (engine, h->snapshot, 1);
   return h;
 }

@@ -140,8 +140,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   {
     struct writeback_options wo = {
       .on = opts->writeback,
-      .max = opts->writeback_max
-        ? opts->writeback_max : snapfg_default_writeback_max (),
+      .max = writeback_max_for_memory (opts->writeback, opts->writeback_max),
       .held_dir = opts->held_dir,
       .held_on_disk = opts->held_dir_on_disk,
     };

@@ -308,9 +308,11 @@ snapfg_origin_extents (struct snapfg_engine *e, uint32_t count,
                        snapfg_extent_fn fn, void *opaque)
 {
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  /* During a merge, unmerged chunks live in the COW store: say data. */
+  /* During a merge, unmerged chunks live in the COW store: say data.
+   * Held writes are data the device does not have yet.
+   */
   int r = e->merging ? fn (opaque, offset, count, 0)
-    : device_extents (&e->origin, count, offset, fn, opaque);
+    : writeback_origin_extents (e, count, offset, fn, opaque);
 
   percpu_rwlock_read_unlock (&e->geometry, token);
   return r;

@@ -74,6 +74,8 @@ struct writeback {
   /* Statistics, atomics. */
   atomic_uint_least64_t rounds, round_exceptions, max_round;
   atomic_uint_least64_t room_waits, origin_errors;
+  /* origin_errors as last reported to a client (writeback-errors.c). */
+  atomic_uint_least64_t errors_seen;
   atomic_uint_least64_t not_held;   /* no memory to hold them (logged) */
 };
 

@@ -775,21 +775,7 @@ snapfg_writeback_stats (struct snapfg_engine *e,
   ws->max_round = atomic_load (&wb->max_round);
   ws->room_waits = atomic_load (&wb->room_waits);
   ws->origin_errors = atomic_load (&wb->origin_errors);
+  ws->errors_unseen = snapfg_writeback_errors_unseen (e);
 }
 
-uint64_t
-snapfg_writeback_errors (struct snapfg_engine *e)
-{
-  return e->wb ? atomic_load (&e->wb->origin_errors) : 0;
-}
-
-int
-snapfg_writeback_check (struct snapfg_engine *e, uint64_t *seen)
-{
-  uint64_t now = snapfg_writeback_errors (e);
-
-  if (now == *seen)
-    return 0;
-  *seen = now;
-  return -EIO;
-}
+/* snapfg_writeback_errors and snapfg_writeback_check: writeback-errors.c */

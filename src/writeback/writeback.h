@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "held-queue.h"
+#include "device.h"
 
 struct snapfg_engine;
 
@@ -172,5 +173,19 @@ extern int writeback_read_begin (struct snapfg_engine *e, uint32_t count,
 extern int writeback_read_end (struct snapfg_engine *e,
                                struct held_view *v, void *buf,
                                uint32_t count, uint64_t offset, bool ok);
+
+/* The writeback-max to use: requested (0: the default), no more than a
+ * half of what the process's memory cgroup has free at start-up (logged
+ * once when a requested value is lowered).  writeback-limit.c.
+ */
+extern uint64_t writeback_max_for_memory (bool on, uint64_t requested);
+
+/* Block status of the origin: the device's extents, with every part a
+ * held write covers reported as data, never a hole or zero
+ * (writeback-extents.c).  Returns fn's error or the device's.
+ */
+extern int writeback_origin_extents (struct snapfg_engine *e,
+                                     uint32_t count, uint64_t offset,
+                                     snapfg_extent_fn fn, void *opaque);
 
 #endif

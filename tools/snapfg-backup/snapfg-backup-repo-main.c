@@ -29,6 +29,7 @@
 
 #include "cleanup.h"
 #include "snapfg-error.h"
+#include "repo-s3-config.h"
 #include "snapfg-backup-repo.h"
 
 #define INIT_SYNOPSIS "snapfg-backup init REPO [--encrypt --key-file F] [--s3-endpoint URL] [--s3-credentials FILE]"
@@ -333,15 +334,10 @@ repo_main (int argc, char *argv[])
   nops = argc - optind;
   loc = nops > 0 ? argv[optind] : NULL;
 
-  /* The S3 settings: options first, then the usual AWS variables. */
-  if (o.s3.endpoint == NULL)
-    o.s3.endpoint = getenv ("AWS_ENDPOINT_URL");
-  o.s3.region = getenv ("AWS_REGION");
-  if (o.s3.region == NULL || *o.s3.region == '\0')
-    o.s3.region = getenv ("AWS_DEFAULT_REGION");
-  if (o.s3.region == NULL || *o.s3.region == '\0')
-    o.s3.region = "us-east-1";
-  o.s3.profile = getenv ("AWS_PROFILE");
+  /* The S3 settings: options first, then the usual AWS variables
+   * (the keys themselves are read by the back end when it opens).
+   */
+  repo_s3_options_from_env (&o.s3, o.s3.endpoint, o.s3.credentials_file);
 
   {
     struct sigaction sa = { .sa_handler = SIG_IGN };
