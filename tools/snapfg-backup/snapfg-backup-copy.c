@@ -69,11 +69,26 @@ enum slot_state {
   SLOT_WRITE_DONE,
 };
 
+/* The reads of a piece at most (its requests: job->request is raised to
+ * a piece / MAX_READS), and the source connections at most.
+ */
+#define MAX_READS 64
+#define MAX_SOURCES 16
+
+struct slot;
+struct read_req {               /* one read of a piece: its completion */
+  struct slot *s;
+  unsigned src;                 /* on this source connection */
+};
+
 struct slot {
   enum slot_state state;
   uint64_t offset, length;
   size_t src;                   /* index of the source connection */
   int error;                    /* errno of the last request, 0 if none */
+  int reads;                    /* reads of the piece not completed */
+  int on_src[MAX_SOURCES];      /* ... of them, per source connection */
+  struct read_req req[MAX_READS];
   int writes;                   /* writes of the piece not completed */
   char *buf;
   /* Filled by the pool. */
@@ -125,11 +140,16 @@ is_zero (const char *buf, size_t len)
 static int
 read_done (void *opaque, int *error)
 {
-  struct slot *s = opaque;
+  struct read_req *rq = opaque;
+  struct slot *s = rq->s;
 
+  if (s->on_src[rq->src] == 0)
+    return 1;                   /* given up with its dead connection */
+  s->on_src[rq->src]--;
   if (*error)
     s->error = *error;
-  s->state = SLOT_READ_DONE;
+  if (--s->reads == 0)
+    s->state = SLOT_READ_DONE;
   return 1;
 }
 
@@ -436,6 +456,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
   struct cursor cur = { 0, 0 };
   int nslots = job->slots ? (int) job->slots : COPY_SLOTS;
   uint64_t piece = job->piece ? job->piece : PIECE_SIZE;
+  uint64_t request;
   uint64_t total = 0, done = 0;
   unsigned char zero_sum[SHA256_LEN];
   bool stopping = false, failed = false;
@@ -452,7 +473,10 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
   piece = piece / job->block * job->block;
   if (piece / job->block > MAX_PIECE_BLOCKS)
     piece = job->block * MAX_PIECE_BLOCKS;
-  if (job->nsrc == 0 || job->nsrc > 16) {
+  request = job->request && job->request < piece ? job->request : piece;
+  if (request < (piece + MAX_READS - 1) / MAX_READS)
+    request = (piece + MAX_READS - 1) / MAX_READS;
+  if (job->nsrc == 0 || job->nsrc > MAX_SOURCES) {
     snprintf (err, err_len, "internal error: %zu source connections", job->nsrc);
     return -1;
   }
@@ -501,16 +525,42 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
         break;
       s->error = 0;
       s->state = SLOT_READING;
-      if (nbd_aio_pread (job->src[s->src], s->buf, s->length, s->offset,
-                         (nbd_completion_callback) { .callback = read_done,
-                                                     .user_data = s },
-                         0) == -1) {
-        s->state = SLOT_IDLE;
-        FAIL ("reading offset %" PRIu64 ": %s", s->offset,
-              nbd_get_error ());
-        break;
-      }
+      /* The piece in requests of at most job->request bytes: a large
+       * request costs the server more than its bytes (measured with
+       * nbdkit 1.32: 4 MiB requests took 2 to 4 times the server's CPU
+       * time of 256 KiB ones for the same data).  s->reads is held at
+       * one until every request is issued.  The requests of a piece go
+       * round the connections: each connection's queue then holds the
+       * oldest piece first, so that pieces complete one after another
+       * (and are hashed and stored while the next ones are read)
+       * rather than all at once at the end of an incremental's short
+       * copy.
+       */
+      s->reads = 1;
       in_flight++;
+      for (uint64_t o = 0, k = 0; o < s->length; o += request, ++k) {
+        uint64_t n = s->length - o < request ? s->length - o : request;
+        size_t c = (s->src + k) % job->nsrc;
+        s->req[k] = (struct read_req) { .s = s, .src = c };
+        s->reads++;
+        s->on_src[c]++;
+        if (nbd_aio_pread (job->src[c], s->buf + o, n, s->offset + o,
+                           (nbd_completion_callback) {
+                             .callback = read_done, .user_data = &s->req[k] },
+                           0) == -1) {
+          s->reads--;
+          s->on_src[c]--;
+          if (!s->error)
+            s->error = nbd_get_errno () ? nbd_get_errno () : EIO;
+          FAIL ("reading offset %" PRIu64 ": %s", s->offset + o,
+                nbd_get_error ());
+          break;
+        }
+      }
+      if (--s->reads == 0)
+        s->state = SLOT_READ_DONE;
+      if (stopping)
+        break;
     }
 
     /* Finished reads to the pool, hashed pieces to be written (a
@@ -631,9 +681,18 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
               : "connection lost");
         for (int j = 0; j < nslots; ++j) {
           struct slot *s = &slots[j];
-          bool on_it = (s->state == SLOT_READING && job->src[s->src] == hs[i])
-            || (s->state == SLOT_WRITING && hs[i] == job->dst);
-          if (on_it) {
+          if (s->state == SLOT_READING && i < job->nsrc && s->on_src[i]) {
+            /* Its reads on the other connections still complete: the
+             * piece fails once they have.
+             */
+            s->reads -= s->on_src[i];
+            s->on_src[i] = 0;
+            if (!s->error)
+              s->error = ENOTCONN;
+            if (s->reads == 0)
+              s->state = SLOT_READ_DONE;
+          }
+          else if (s->state == SLOT_WRITING && hs[i] == job->dst) {
             s->state = SLOT_IDLE;
             in_flight--;
           }

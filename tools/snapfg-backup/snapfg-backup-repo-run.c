@@ -529,6 +529,12 @@ repo_cmd_backup (struct repo_options *o, const char *location)
   job.size = rr.size;
   job.block = rr.cs;
   job.piece = rr.cs;
+  /* A chunk in 256 KiB reads, as nbdcopy's requests: in one 4 MiB
+   * read, nbdkit spent 4 times the CPU time on the same data (1.2-1.5 s
+   * against 0.3 s for a 512 MiB disk, paired runs), and on a loaded
+   * machine that CPU time was the run's wall time.
+   */
+  job.request = 256 * 1024;
   job.slots = 16;
   job.threads = o->threads ? o->threads : REPO_DEFAULT_THREADS;
   job.sums = rr.sums;
