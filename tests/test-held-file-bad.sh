@@ -192,4 +192,25 @@ grep -q "replayed 0 held writes" "$pid.log" &&
     check_fail "nothing held: $(grep -o 'replayed.*' "$pid.log")"
 stop_nbdkit "$pid"
 
+# The default held directory: without $RUNTIME_DIRECTORY and
+# $XDG_RUNTIME_DIR the first of /run/snapfg and /dev/shm/snapfg-UID that
+# is on a memory file system (/run is a disk directory on some systems:
+# a start must not fail for it); held-dir= on a disk is refused.
+rm -f "$cow"
+err="$tmpdir/err-default"
+if env -u RUNTIME_DIRECTORY -u XDG_RUNTIME_DIR timeout 60 nbdkit -U - --run true \
+       "$SNAPFG_PLUGIN" origin="$origin" cow="$cow" >"$err.out" 2>"$err"; then
+    info "ok: the default held directory works here"
+else
+    cat "$err" >&2
+    check_fail "a start with the default held directory failed"
+fi
+mkdir -p "$tmpdir/on-disk"
+err="$tmpdir/err-on-disk"
+if try_start_failure "$err" origin="$origin" cow="$cow" held-dir="$tmpdir/on-disk"; then
+    try_stderr "$err" "not on a memory file system" && info "ok: held-dir= on a disk: refused"
+fi
+expect_start_success origin="$origin" cow="$cow" held-dir="$tmpdir/on-disk" held-dir-on-disk=true
+info "ok: held-dir-on-disk=true: accepted"
+
 finish

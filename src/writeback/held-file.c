@@ -86,32 +86,63 @@ is_memory_fs (int fd)
   return sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC;
 }
 
-/* The default directory: systemd's RuntimeDirectory= for the service,
- * the user's runtime directory, or one of the server's own under /run
- * (root) or /dev/shm (anyone).
+/* The default directories, in order: systemd's RuntimeDirectory= for
+ * the service, the user's runtime directory, or one of the server's own
+ * under /run (root) or /dev/shm (anyone).  The first one on a memory
+ * file system is taken: /run is a disk directory on some systems (a
+ * container's, say), and a held file there would survive a power cut.
+ * own: the server makes it (mode 0700) if it is missing.
  */
-static char *
-default_dir (bool *own)
+#define MAX_DEFAULTS 4
+static size_t
+default_dirs (char *dirs[MAX_DEFAULTS], bool own[MAX_DEFAULTS])
 {
   const char *env = getenv ("RUNTIME_DIRECTORY");
-  char *dir = NULL;
+  size_t n = 0;
 
-  *own = false;
   if (env && *env) {
     /* Several directories are separated by ':': the first. */
-    size_t n = strcspn (env, ":");
-
-    return strndup (env, n);
+    own[n] = false;
+    dirs[n++] = strndup (env, strcspn (env, ":"));
   }
   env = getenv ("XDG_RUNTIME_DIR");
-  if (env && *env)
-    return strdup (env);
-  *own = true;
-  if (access ("/run", W_OK) == 0)
-    return strdup ("/run/snapfg");
-  if (asprintf (&dir, "/dev/shm/snapfg-%u", (unsigned) geteuid ()) == -1)
-    return NULL;
-  return dir;
+  if (env && *env) {
+    own[n] = false;
+    dirs[n++] = strdup (env);
+  }
+  if (access ("/run", W_OK) == 0) {
+    own[n] = true;
+    dirs[n++] = strdup ("/run/snapfg");
+  }
+  own[n] = true;
+  if (asprintf (&dirs[n++], "/dev/shm/snapfg-%u", (unsigned) geteuid ()) == -1)
+    dirs[n - 1] = NULL;
+  return n;
+}
+
+/* Is the directory that would hold dir (own: made by us) on a memory
+ * file system?  Looked at before anything is made there.
+ */
+static bool
+parent_is_memory_fs (const char *dir)
+{
+  char *parent = strdup (dir);
+  char *slash = parent ? strrchr (parent, '/') : NULL;
+  int fd;
+  bool mem;
+
+  if (slash == NULL) {
+    free (parent);
+    return false;
+  }
+  *(slash == parent ? slash + 1 : slash) = '\0';
+  fd = open (parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  free (parent);
+  if (fd == -1)
+    return false;
+  mem = is_memory_fs (fd);
+  close (fd);
+  return mem;
 }
 
 /* The file's name: the origin's path, hashed (FNV-1a), so that one
@@ -133,58 +164,102 @@ file_name_for (const char *origin_path)
   return name;
 }
 
+/* Open dir into hf->dirfd and check it: 0, -EAGAIN if it is not on a
+ * memory file system and a default may be tried next (quiet), or -errno
+ * (logged).
+ */
+static int
+use_dir (struct held_file *hf, const char *dir, bool own, bool on_disk,
+         bool is_default)
+{
+  int r;
+
+  if (is_default && !on_disk &&
+      !(own ? parent_is_memory_fs (dir) : true))
+    return -EAGAIN;
+  if (own && (r = make_own_dir (dir)) < 0) {
+    snapfg_error ("writeback: cannot make the directory %s for held writes: "
+                  "%s; set held-dir= to a directory on a memory file system "
+                  "(tmpfs)", dir, strerror (-r));
+    return r;
+  }
+  r = open_dir (dir, &hf->dirfd);
+  if (r < 0) {
+    if (is_default && !own)
+      return -EAGAIN;           /* a runtime directory that is gone */
+    snapfg_error ("held-dir=%s: %s; held writes are kept there (it must be "
+                  "a directory on a memory file system, tmpfs)",
+                  dir, strerror (-r));
+    return r;
+  }
+  if (!on_disk && !is_memory_fs (hf->dirfd)) {
+    close (hf->dirfd);
+    hf->dirfd = -1;
+    if (is_default)
+      return -EAGAIN;
+    snapfg_error ("held-dir=%s: not on a memory file system (tmpfs): held "
+                  "writes kept on a disk could be replayed after a power "
+                  "cut over newer, flushed data.  Use a directory on tmpfs "
+                  "(/dev/shm, $XDG_RUNTIME_DIR, /run where it is tmpfs), or "
+                  "held-dir-on-disk=true if this disk is emptied at every "
+                  "boot", dir);
+    return -EINVAL;
+  }
+  /* Another user able to write it could plant a file or a link. */
+  r = file_check_owner (hf->dirfd, dir, true);
+  if (r < 0) {
+    close (hf->dirfd);
+    hf->dirfd = -1;
+    return r;
+  }
+  hf->dir = strdup (dir);
+  return hf->dir ? 0 : -ENOMEM;
+}
+
 int
 held_file_place (struct held_file *hf, const struct held_place *place,
                  const struct held_binding *b)
 {
-  bool own = false;
-  int r;
+  int r = -ENOENT;
 
   memset (hf, 0, sizeof *hf);
   hf->fd = -1;
   hf->dirfd = -1;
-  hf->dir = place->dir ? strdup (place->dir) : default_dir (&own);
+  if (place->dir)
+    r = use_dir (hf, place->dir, false, place->on_disk, false);
+  else {
+    char *dirs[MAX_DEFAULTS];
+    bool own[MAX_DEFAULTS];
+    size_t n = default_dirs (dirs, own);
+
+    for (size_t i = 0; i < n; ++i) {
+      if (dirs[i] && (r == -ENOENT || r == -EAGAIN))
+        r = use_dir (hf, dirs[i], own[i], place->on_disk, true);
+      free (dirs[i]);
+    }
+    if (r == -EAGAIN || r == -ENOENT) {
+      snapfg_error ("writeback: no directory on a memory file system for "
+                    "held writes ($RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR, "
+                    "/run/snapfg and /dev/shm were tried): set held-dir= "
+                    "to one on tmpfs, or use writeback=off");
+      r = -ENOENT;
+    }
+  }
+  if (r < 0) {
+    held_file_forget (hf);
+    return r;
+  }
   hf->name = file_name_for (b->origin_path);
-  if (hf->dir == NULL || hf->name == NULL ||
+  if (hf->name == NULL ||
       asprintf (&hf->path, "%s/%s", hf->dir, hf->name) == -1) {
     hf->path = NULL;
     held_file_forget (hf);
     return -ENOMEM;
   }
-  if (own && (r = make_own_dir (hf->dir)) < 0) {
-    snapfg_error ("writeback: cannot make the directory %s for held writes: "
-                  "%s; set held-dir= to a directory on a memory file system "
-                  "(tmpfs)", hf->dir, strerror (-r));
-    goto err;
-  }
-  r = open_dir (hf->dir, &hf->dirfd);
-  if (r < 0) {
-    snapfg_error ("held-dir=%s: %s; held writes are kept there (it must be "
-                  "a directory on a memory file system, tmpfs)",
-                  hf->dir, strerror (-r));
-    goto err;
-  }
-  /* Another user able to write it could plant a file or a link. */
-  r = file_check_owner (hf->dirfd, hf->dir, true);
-  if (r < 0)
-    goto err;
-  if (!place->on_disk && !is_memory_fs (hf->dirfd)) {
-    snapfg_error ("held-dir=%s: not on a memory file system (tmpfs): held "
-                  "writes kept on a disk could be replayed after a power "
-                  "cut over newer, flushed data.  Use a directory on tmpfs "
-                  "(/run, $XDG_RUNTIME_DIR), or held-dir-on-disk=true if "
-                  "this disk is emptied at every boot", hf->dir);
-    r = -EINVAL;
-    goto err;
-  }
   hf->max_stores = b->max_stores;
   hf->slots = RING_SLOTS;
   held_layout_of (hf->slots, hf->max_stores, &hf->layout);
   return 0;
-
- err:
-  held_file_forget (hf);
-  return r;
 }
 
 int
