@@ -228,6 +228,10 @@ finish_merge (struct snapfg_snapshot *s)
   e->min_chunk_size = 0;
   atomic_store (&s->merged, true);
   atomic_store (&s->state, SNAPSHOT_DROPPED);
+  /* Nothing is held during a merge (origin writes go through it): the
+   * held file names the stores left, as after a drop.
+   */
+  writeback_bind_stores (e);
   percpu_rwlock_write_unlock (&e->geometry);
   snapfg_debug ("snapshot %s: merge complete (%" PRIu64 " chunks); the "
                 "snapshot is gone", s->name,
