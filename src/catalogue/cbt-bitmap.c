@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "boot-id.h"
 #include "byte-order.h"
 #include "cbt-bitmap.h"
 #include "file-create.h"
@@ -61,24 +62,13 @@ cbt_check_granularity (int64_t granularity, int64_t chunk_size)
 void
 cbt_boot_id (char id[CBT_BOOT_ID_LEN])
 {
-  const char *env = getenv ("SNAPFG_TEST_BOOT_ID");
-  FILE *fp;
-
-  memset (id, 0, CBT_BOOT_ID_LEN);
-  if (env && *env) {
-    snprintf (id, CBT_BOOT_ID_LEN, "%s", env);
-    return;
-  }
-  fp = fopen ("/proc/sys/kernel/random/boot_id", "re");
-  if (fp == NULL || fgets (id, CBT_BOOT_ID_LEN, fp) == NULL) {
+  memset (id, 0, CBT_BOOT_ID_LEN);      /* the header holds all of it */
+  if (read_boot_id (id, CBT_BOOT_ID_LEN) < 0) {
     /* No boot id: every open after a crash will call the bitmap
      * inconsistent, which is safe.
      */
     snprintf (id, CBT_BOOT_ID_LEN, "unknown-%ld", (long) getpid ());
   }
-  if (fp)
-    fclose (fp);
-  id[strcspn (id, "\n")] = '\0';
 }
 
 /* --- the header --- */

@@ -69,6 +69,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "boot-id.h"
+
 #define CBT_MAGIC "SNAPFGCB"
 #define CBT_VERSION 1
 #define CBT_HEADER_SIZE 4096
@@ -77,7 +79,7 @@
 #define CBT_FLAG_BOUND        (1u << 2)
 #define CBT_FLAG_SUMMED       (1u << 3)
 #define CBT_NAME_LEN 128
-#define CBT_BOOT_ID_LEN 40
+#define CBT_BOOT_ID_LEN BOOT_ID_SIZE
 
 #define CBT_DEFAULT_GRANULARITY (64 * 1024)
 #define CBT_MAX_GRANULARITY (1u << 30)
