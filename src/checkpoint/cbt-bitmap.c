@@ -47,17 +47,6 @@ test_write_error (void)
     atomic_fetch_sub (&write_error_countdown, 1) == 1;
 }
 
-const char *
-cbt_check_granularity (int64_t granularity, int64_t chunk_size)
-{
-  if (granularity <= 0 || !is_power_of_two (granularity))
-    return "must be a power of two";
-  if (granularity < chunk_size)
-    return "must be at least chunk-size= (the copy-out unit)";
-  if (granularity > CBT_MAX_GRANULARITY)
-    return "must be at most 1G";
-  return NULL;
-}
 
 void
 cbt_boot_id (char id[CBT_BOOT_ID_LEN])

@@ -70,6 +70,7 @@
 #include <stdint.h>
 
 #include "boot-id.h"
+#include "chunk-size.h"           /* the granularity rule */
 
 #define CBT_MAGIC "SNAPFGCB"
 #define CBT_VERSION 1
@@ -80,9 +81,6 @@
 #define CBT_FLAG_SUMMED       (1u << 3)
 #define CBT_NAME_LEN 128
 #define CBT_BOOT_ID_LEN BOOT_ID_SIZE
-
-#define CBT_DEFAULT_GRANULARITY (64 * 1024)
-#define CBT_MAX_GRANULARITY (1u << 30)
 
 /* Whose a bitmap is (the header's binding). */
 struct cbt_binding {
@@ -124,11 +122,6 @@ struct cbt_bitmap {
   void *opaque;
 };
 
-/* NULL if granularity is fine for chunk size chunk_size, else a message
- * saying what is wrong.
- */
-extern const char *cbt_check_granularity (int64_t granularity,
-                                          int64_t chunk_size);
 
 /* This system's boot id (SNAPFG_TEST_BOOT_ID overrides it, so that tests
  * can simulate an unclean system stop).
