@@ -16,7 +16,6 @@
 
 #include "engine-internal.h"
 #include "copy-out.h"
-#include "writeback.h"
 #include "vector.h"
 #include "snapfg-log.h"
 
@@ -68,7 +67,8 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
          */
         urged = true;
         exception_stripe_unlock (stripe);
-        writeback_urge (s->engine);
+        if (s->engine->copy_deferral.urge)
+          s->engine->copy_deferral.urge (s->engine->copy_deferral.opaque);
         exception_stripe_lock (stripe);
         continue;
       }
@@ -246,7 +246,7 @@ write_chunk_copy (struct snapfg_snapshot *s, uint64_t chunk, uint64_t nc,
  * origin writes reach the origin.  Until then the origin chunks are
  * unchanged: snapshot reads of them go to the origin, tracked, as for
  * any pending exception, and other writers to them wait (and ask the
- * committer for its round at once: writeback_urge).
+ * committer for its round at once: copy_deferral.urge).
  */
 
 /* The most chunks and bytes copied out together.  A request over more
@@ -278,7 +278,7 @@ struct copy_batch {
 struct deferred_copy {
   struct deferred_copy *next;
   struct snapfg_snapshot *s;
-  struct held_write *owner;
+  void *owner;                  /* the held write (opaque here) */
   /* How far the round has got with it: grouping a round's batches by
    * snapshot needs no reset walk (deferred_copy_write sets 1, then
    * deferred_copy_commit 2).
@@ -317,7 +317,7 @@ batch_init (struct copy_batch *b, struct copy_batch_arrays *a)
 
 /* A batch of up to cap chunks for the committer. */
 static struct deferred_copy *
-deferred_copy_new (struct snapfg_snapshot *s, struct held_write *owner,
+deferred_copy_new (struct snapfg_snapshot *s, void *owner,
                    size_t cap)
 {
   struct deferred_copy *dc;
@@ -424,7 +424,8 @@ copy_out_batch (struct snapfg_snapshot *s, struct copy_batch *b)
 
   if (b->defer) {
     /* The committer copies, publishes, retires and commits. */
-    writeback_defer_copy (e, container_of (b, struct deferred_copy, b));
+    e->copy_deferral.defer (e->copy_deferral.opaque,
+                            container_of (b, struct deferred_copy, b));
     return 0;
   }
 
@@ -561,7 +562,7 @@ batch_done (struct snapfg_snapshot *s, struct copy_batch *b,
 
 int
 snapshot_copy_out_range (struct snapfg_snapshot *s, uint64_t first,
-                         uint64_t last, struct held_write *held)
+                         uint64_t last, void *held)
 {
   bool defer = held != NULL;
   struct copy_batch_arrays arrays;
@@ -655,7 +656,6 @@ struct gather {
     struct deferred_copy *dc;
   } slot[GATHER_MAX_CHUNKS];
   int r;                        /* the first COW write failure */
-  bool read_errors;             /* a chunk could not be read (slot dc) */
 };
 
 /* Read origin chunks [chunk, chunk+n) into buf; past the origin's end
@@ -691,7 +691,7 @@ slot_old (const struct gather *g, uint64_t i)
  * the snapshot has lost nothing yet, since no held write over those
  * chunks has reached the origin.  So copy the run chunk by chunk, and
  * mark each chunk whose read fails: its claim is given up, and its held
- * write is never applied (writeback_copy_failed), so that the snapshot
+ * write is never applied (deferred_copy_each_read_failure), so that the snapshot
  * stays valid.  A COW write failure on the way is one for the snapshot.
  * Returns 0 or that failure.
  */
@@ -707,7 +707,6 @@ gather_copy_each (struct gather *g, uint64_t n, bool *cow_failed)
       return r;
     if (r < 0) {
       g->slot[i].pair->new_chunk = CHUNK_NOT_COPIED;
-      g->read_errors = true;
       if (g->slot[i].dc->read_error == 0)
         g->slot[i].dc->read_error = r;
     }
@@ -816,7 +815,6 @@ deferred_copy_write (struct deferred_copy *list)
     g->buf = g == &local ? NULL : buf;
     g->n = 0;
     g->r = 0;
-    g->read_errors = false;
     next_s = NULL;
     for (struct deferred_copy *d = list; d; d = d->next)
       if (batch_of (d, s, 1, &next_s) && valid && g->r == 0)
@@ -830,23 +828,31 @@ deferred_copy_write (struct deferred_copy *list)
        */
       cow_write_failure (s, g->r, true);
     else if (valid) {
-      /* (A walk only for a failed read or the test hook.) */
-      if (g->read_errors || engine_fault_armed (e, FAULT_AFTER_COW_DATA))
+      /* (A walk only for the test hook.) */
+      if (engine_fault_armed (e, FAULT_AFTER_COW_DATA))
         for (struct deferred_copy *d = list; d; d = d->next)
-          if (d->s == s) {
+          if (d->s == s)
             engine_fault_point (e, FAULT_AFTER_COW_DATA);
-            /* Unless the snapshot became Invalid meanwhile (then the
-             * write may go ahead: nothing is left to protect).
-             */
-            if (d->read_error && snapshot_is_valid (s))
-              writeback_copy_failed (e, d->owner, d->read_error);
-          }
     }
     if (g == &local)
       g = NULL;
   }
   free (buf);
   free (g);
+}
+
+void
+deferred_copy_each_read_failure (struct deferred_copy *list,
+                                 void (*fn) (void *opaque, void *owner,
+                                             int err),
+                                 void *opaque)
+{
+  for (struct deferred_copy *d = list; d; d = d->next)
+    /* Unless the snapshot became Invalid meanwhile (then the write may
+     * go ahead: nothing is left to protect).
+     */
+    if (d->read_error && snapshot_is_valid (d->s))
+      fn (opaque, d->owner, d->read_error);
 }
 
 size_t

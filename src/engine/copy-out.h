@@ -13,8 +13,6 @@
 
 #include "engine-internal.h"
 
-struct held_write;
-
 /* Copy origin chunk 'chunk' of snapshot s into its COW store and publish
  * the exception, unless it is already remapped.  'data', if not NULL, is a
  * snapshot write of 'count' bytes at 'offset_in_chunk' to be merged into
@@ -31,17 +29,17 @@ extern int snapshot_copy_out (struct snapfg_snapshot *s, uint64_t chunk,
 /* Copy out every chunk from 'first' to 'last' (inclusive) that snapshot s
  * does not hold yet, before an origin change: together, in batches (one
  * commit per batch, consecutive chunks in one read and one write).
- * With held (write-back: the held write the change is), the batches are
- * handed to the committer (writeback_defer_copy), which copies and
- * commits them, and tells the held write if a copy failed
- * (writeback_copy_failed).
+ * With held (write-back: the held write the change is, opaque here),
+ * the batches are handed to the engine's copy_deferral (the write-back
+ * committer), which copies and commits them, and learns from
+ * deferred_copy_each_read_failure which held writes lost a copy.
  * Returns 0 once every chunk is remapped (with held: claimed), -ENOSPC
  * if the store is full, -EIO if the snapshot is (or became) Invalid, or
  * the origin's read error.
  */
 extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
                                     uint64_t first, uint64_t last,
-                                    struct held_write *held);
+                                    void *held);
 
 /* A batch of origin copy-outs handed to the write-back committer
  * (writeback_defer_copy): its chunks are claimed (state B) and have COW
@@ -50,8 +48,10 @@ extern int snapshot_copy_out_range (struct snapfg_snapshot *s,
  *   1. deferred_copy_write: copies every batch of a valid snapshot.  A
  *      failed COW write makes the snapshot Invalid; a failed origin
  *      read leaves it valid and marks the chunks it could not copy,
- *      whose held write must then never reach the origin
- *      (writeback_copy_failed);
+ *      whose held write must then never reach the origin:
+ *      deferred_copy_each_read_failure calls fn for each such batch's
+ *      owner (the held write) with the error, while its snapshot is
+ *      still valid;
  *   2. deferred_copy_publish: publishes and retires (B → C → D) the
  *      copied chunks of snapshots still valid, gives the others up
  *      (B → A):
@@ -71,6 +71,11 @@ struct deferred_copy;
 extern void deferred_copy_link (struct deferred_copy *dc,
                                 struct deferred_copy *next);
 extern void deferred_copy_write (struct deferred_copy *list);
+extern void deferred_copy_each_read_failure (struct deferred_copy *list,
+                                             void (*fn) (void *opaque,
+                                                         void *owner,
+                                                         int err),
+                                             void *opaque);
 extern void deferred_copy_publish (struct deferred_copy *list);
 extern size_t deferred_copy_commit (struct deferred_copy *list);
 extern uint64_t deferred_copy_free (struct deferred_copy *list);

@@ -66,6 +66,8 @@ struct snapfg_snapshot {
   struct snapfg_stats stats;   /* this export's requests, copy-outs into it */
 };
 
+struct deferred_copy;
+
 struct snapfg_engine {
   /* Geometry: read side on every request, write side to change it. */
   struct percpu_rwlock geometry;
@@ -114,8 +116,19 @@ struct snapfg_engine {
   struct checkpoint_chain *cbt;
   struct cbt_bitmap *_Atomic cbt_active;
 
-  /* Write-back of first writes (writeback.c). */
+  /* Write-back of first writes (src/writeback/writeback.c). */
   struct writeback *wb;
+  /* Where copy-out (copy-out.c) hands an origin copy-out batch under
+   * write-back, and how a writer waiting for a claimed chunk asks for
+   * its round: set by writeback_open before the first request and
+   * cleared by writeback_close after the last, so that copy-out never
+   * calls write-back itself (no circle between the two).
+   */
+  struct copy_deferral {
+    void (*defer) (void *opaque, struct deferred_copy *dc);
+    void (*urge) (void *opaque);
+    void *opaque;
+  } copy_deferral;
 };
 
 /* The origin's [offset, offset+count) is about to change: record it in

@@ -129,6 +129,13 @@ engine_fail_point (struct snapfg_engine *e, enum fail_point where)
   return true;
 }
 
+bool
+engine_writeback_paused (const struct snapfg_engine *e)
+{
+  return e->test.writeback_pause_path &&
+    access (e->test.writeback_pause_path, F_OK) == 0;
+}
+
 void
 engine_test_delay (const struct snapfg_engine *e)
 {

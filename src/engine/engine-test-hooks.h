@@ -7,6 +7,10 @@
  *   SNAPFG_TEST_MERGE_DELAY_US  slows each merge batch
  *   SNAPFG_TEST_CRASH_AT=POINT[:N]  kills the process at a fault point
  *   SNAPFG_TEST_FAIL_AT=POINT[:N]   makes an allocation fail
+ *   SNAPFG_TEST_WRITEBACK_PAUSE=FILE  holds every write back (none
+ *       reaches the origin; copy-out batches are done when a writer
+ *       waits for one of their chunks) while FILE exists, except at a
+ *       stop
  */
 #ifndef SNAPFG_ENGINE_TEST_HOOKS_H
 #define SNAPFG_ENGINE_TEST_HOOKS_H
@@ -40,6 +44,7 @@ struct engine_test_hooks {
   atomic_long fault_countdown;
   enum fail_point fail_at;     /* SNAPFG_TEST_FAIL_AT */
   atomic_long fail_countdown;
+  const char *writeback_pause_path;  /* SNAPFG_TEST_WRITEBACK_PAUSE */
 };
 
 /* Read SNAPFG_TEST_CRASH_AT / SNAPFG_TEST_FAIL_AT's value SPEC (NULL:
@@ -61,6 +66,9 @@ extern bool engine_fault_armed (const struct snapfg_engine *e,
 
 /* Should the allocation at 'where' fail, as the test hook asks? */
 extern bool engine_fail_point (struct snapfg_engine *e, enum fail_point where);
+
+/* Is write-back paused by the test hook (its file exists)? */
+extern bool engine_writeback_paused (const struct snapfg_engine *e);
 
 /* Sleep for the test hook, if set. */
 extern void engine_test_delay (const struct snapfg_engine *e);

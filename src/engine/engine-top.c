@@ -131,6 +131,10 @@ snapfg_engine_open (const struct snapfg_options *opts,
     e->test.merge_delay_us = strtoul (env, NULL, 10);
   engine_parse_fault_point (e, getenv ("SNAPFG_TEST_CRASH_AT"));
   engine_parse_fail_point (e, getenv ("SNAPFG_TEST_FAIL_AT"));
+  /* (The environment's own string: it lives as long as the process.) */
+  env = getenv ("SNAPFG_TEST_WRITEBACK_PAUSE");
+  if (env && *env)
+    e->test.writeback_pause_path = env;
 
   r = writeback_open (e, opts->writeback, opts->writeback_max
                       ? opts->writeback_max : snapfg_default_writeback_max ());

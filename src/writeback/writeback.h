@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* snapfg: write-back of first writes (writeback=on).
+/* snapfg: write-back of first writes (writeback=on): what the engine
+ * calls.  The component's files: writeback.c (this interface, the
+ * requests' side), writeback-committer.c (the committer's rounds),
+ * held-queue.c (the queue of held writes, its states and indexes),
+ * held-file.c (the held data).
  *
  * A write, zero or trim to origin chunks that need a copy-out is
  * acknowledged once the old chunks are written (not synced) into every
@@ -16,6 +20,10 @@
  *   (writeback_order_after_held).
  * - The committer takes no geometry lock: writeback_drain may be called
  *   with the write side held (snapshot create, drop, merge start).
+ * - Copy-out (copy-out.c) does not call write-back: it hands deferred
+ *   batches and urges through the engine's copy_deferral, which
+ *   writeback_open sets, and the committer drives the deferred_copy_*
+ *   steps.
  * - Writers wait for room with no geometry lock held.
  */
 #ifndef SNAPFG_WRITEBACK_H
@@ -25,8 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "held-queue.h"
+
 struct snapfg_engine;
-struct held_write;
 
 /* Set up write-back for the engine (on: writeback=on; max: the most
  * bytes held).  With on false, or until writeback_start, nothing is
@@ -87,9 +96,10 @@ struct deferred_copy;
 extern void writeback_defer_copy (struct snapfg_engine *e,
                                   struct deferred_copy *dc);
 /* The committer could not read the origin for a copy of h's (err): h
- * must never reach the origin.  Before h is acknowledged, its writer
- * gets err (writeback_ready); after, h is dropped and the next flush or
- * FUA on every connection fails.
+ * must never reach the origin.  Before h is acknowledged (COPYING ->
+ * REFUSED), its writer gets err (writeback_ready); after (READY ->
+ * LOST), h is dropped and the next flush or FUA on every connection
+ * fails.
  */
 extern void writeback_copy_failed (struct snapfg_engine *e,
                                    struct held_write *h, int err);
@@ -111,12 +121,6 @@ extern void writeback_drain (struct snapfg_engine *e);
  * writeback_read_end (ok: the origin read succeeded) returns 0, or the
  * error of reading a held write back (logged: fail the read).
  */
-struct held_view {
-  struct held_write **w;
-  size_t n, cap;
-  bool failed;
-  struct held_write *inline_w[8];
-};
 extern int writeback_read_begin (struct snapfg_engine *e, uint32_t count,
                                   uint64_t offset, struct held_view *v);
 extern int writeback_read_end (struct snapfg_engine *e,
