@@ -4,8 +4,8 @@
  *
  * What tells a crash of the process (the page cache, and so every write
  * the process made, survives) from a crash of the system (it does not):
- * the persistent store's unsynced mark and the checkpoint bitmaps' dirty
- * flag record the boot that wrote them.  Tests simulate a reboot with
+ * the persistent store's unsynced mark, the checkpoint bitmaps' dirty
+ * flag and write-back's held file record the boot that wrote them.  Tests simulate a reboot with
  * SNAPFG_TEST_BOOT_ID, which, when set and not empty, is the id.
  */
 #ifndef SNAPFG_BOOT_ID_H

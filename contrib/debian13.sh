@@ -134,6 +134,12 @@ in_root() {
 mkdir -p "$cache" "$work"
 root=$(mktemp -d "$work/snapfg-debian13.XXXXXX")
 t_all=$SECONDS
+# Each step's time, as contrib/run.sh records its own (stage-times.txt),
+# for .ci/run to print at its end; run.sh's lines from inside the root
+# are added after these.
+times=$top/debian13-stage-times.txt
+rm -f "$times"
+record_time() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$times"; }
 
 # --- 1. the root -----------------------------------------------------------
 t0=$SECONDS
@@ -142,6 +148,7 @@ if [ "${SNAPFG_D13_REFRESH:-0}" != 1 ] && [ -s "$tarball" ] &&
    [ -z "$(find "$tarball" -mtime +"$max_age" 2>/dev/null)" ]; then
     say "unpacking the cached root $tarball ($(du -h "$tarball" | cut -f1), $(date -r "$tarball" '+%F %R'))"
     tar -I 'zstd -d -T0' -xf "$tarball" -C "$root" --numeric-owner
+    how="cached tarball unpacked"
     if [ "$(cat "$stampfile" 2>/dev/null)" != "$stamp" ]; then
         say "contrib/run.sh changed since the root was cached: updating its packages"
         fresh=1
@@ -154,6 +161,7 @@ else
         die "debootstrap failed (log above)"
     }
     rm -f "$work/debootstrap-$$.log"
+    how=debootstrap
     fresh=1
 fi
 # mktemp made it 0700 (and the tarball's "." kept that): the root's / must
@@ -164,6 +172,7 @@ grep -q '^VERSION_ID="13"' "$root/etc/os-release" ||
 # resolv.conf for apt inside the root
 cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 say "root ready in $((SECONDS - t0)) s"
+record_time "root ($how)" $((SECONDS - t0)) ""
 
 # --- 2./3. mounts and the source tree --------------------------------------
 mount_all
@@ -195,6 +204,7 @@ if [ "$fresh" = 1 ]; then
     echo "$stamp" >"$stampfile"
     mount_all
     say "packages installed and root cached in $((SECONDS - t0)) s"
+    record_time "root's packages, cached" $((SECONDS - t0)) ""
 fi
 
 # --- 4. the tests ----------------------------------------------------------
@@ -203,6 +213,9 @@ t0=$SECONDS
 st=0
 in_root bash -c "cd /src && contrib/run.sh $cmd" || st=$?
 say "contrib/run.sh $cmd in Debian 13: status $st, $((SECONDS - t0)) s (whole stage $((SECONDS - t_all)) s)"
+[ ! -f "$root/src/stage-times.txt" ] || cat "$root/src/stage-times.txt" >>"$times"
+[ ! -f "$root/src/skipped-parts.txt" ] || cp "$root/src/skipped-parts.txt" "$top/debian13-skipped-parts.txt"
+[ ! -f "$root/src/test-times.txt" ] || cp "$root/src/test-times.txt" "$top/debian13-test-times.txt"
 if [ "$st" -ne 0 ]; then
     for f in test-suite.log guest-suite.log failures.txt; do
         [ -f "$root/src/$f" ] && cp "$root/src/$f" "$top/debian13-$f"

@@ -23,6 +23,9 @@
 #                             the run's snapshot exists, wait for the run;
 #                             returns its exit status
 #   manifest_field DIR SEQ KEY  a field of run SEQ in DIR/manifest.json
+#   chain_checkpoints DIR     the checkpoints DIR's chain keeps on the
+#                             server (the last run's and the latest full
+#                             run's), sorted, one a line
 #   restore_equals DIR N FILE WHAT  restore run N (raw) and cmp with FILE
 #   our_snapshots SOCK, our_checkpoints SOCK   names starting snapfg-backup-
 #   write_random_blocks URI N SEED SIZE  N random 4K-aligned writes
@@ -187,6 +190,18 @@ manifest_field() {
 m = json.load(open(sys.argv[1] + "/manifest.json"))
 r = [r for r in m["runs"] if r["seq"] == int(sys.argv[2])]
 print(r[0][sys.argv[3]] if r else "")' "$1" "$2" "$3"
+}
+
+chain_checkpoints() {
+    "$PY" -c 'import json, sys
+runs = json.load(open(sys.argv[1] + "/manifest.json"))["runs"]
+keep = set()
+if runs:
+    keep.add(runs[-1]["checkpoint"])
+fulls = [r for r in runs if r.get("type") == "full"]
+if fulls:
+    keep.add(fulls[-1].get("diff_checkpoint") or fulls[-1]["checkpoint"])
+print("\n".join(sorted(keep)))' "$1"
 }
 
 restore_equals() {

@@ -1,8 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Copyright (C) 2026 the snapfg authors
-# Run the whole snapfg test suite under a sanitizer, in a build tree of
-# its own.
+# Run snapfg's tests (by default the whole suite) under a sanitizer, in
+# a build tree of its own.
 #
 #   tests/run-sanitizers.sh SRCDIR thread|address
 #
@@ -34,7 +34,11 @@
 # timeouts.  Leak checking is off for nbdkit (nbdkit itself does not free
 # everything at exit) and on for the test programs.
 #
-# SNAPFG_SANITIZER_TESTS="tests/a.sh tests/b.sh" runs only those tests.
+# SNAPFG_SANITIZER_TESTS="tests/a.sh tests/b.sh" runs only those tests
+# ("make check-sanitizers" gives each sanitizer its list from Makefile.am;
+# "make check-sanitizers-all" none: the whole suite).  They run
+# SNAPFG_SANITIZER_CHECK_JOBS (else SNAPFG_CHECK_JOBS, else 1) at a time;
+# the build uses SNAPFG_SANITIZER_JOBS (2) jobs.
 #
 # Any sanitizer finding fails: the process stops at the first report
 # (halt_on_error=1, exit status 66), and after the suite every report
@@ -186,8 +190,17 @@ say "configuring in $tree with CFLAGS='$cflags'"
 (cd "$tree" && "${runner[@]}" "$configure" --quiet CC="$CC" CFLAGS="$cflags" LDFLAGS="$san_flags") ||
     die "configure failed (see $tree/config.log)"
 
+# .ci/run builds the sanitizer trees while make check runs, whose tests
+# wait on servers and sleeps most of the time, so the builds mostly use
+# the CPU the tests leave.  SNAPFG_SANITIZER_BUILD_NICE (default 0) can
+# lower their priority on a machine of its own; on one shared with other
+# work a niced build starves (measured at a load average of 25-40 on 2
+# CPUs: 35-39 min for the two builds at nice 10).
 say "building"
-(cd "$tree" && "${runner[@]}" "$MAKE" -j"${SNAPFG_SANITIZER_JOBS:-2}") || die "build failed"
+t_build=$SECONDS
+(cd "$tree" && nice -n "${SNAPFG_SANITIZER_BUILD_NICE:-0}" \
+     "${runner[@]}" "$MAKE" -j"${SNAPFG_SANITIZER_JOBS:-2}") || die "build failed"
+say "built in $((SECONDS - t_build)) s"
 
 # --- the nbdkit wrapper -------------------------------------------------
 # The runtime is preloaded with the dynamic loader's --preload option, not
@@ -275,9 +288,11 @@ esac
 
 say "running make check (TSAN_OPTIONS='${TSAN_OPTIONS:-}' ASAN_OPTIONS='${ASAN_OPTIONS:-}' UBSAN_OPTIONS='${UBSAN_OPTIONS:-}')"
 st=0
-(cd "$tree" && "${runner[@]}" "$MAKE" -j"${SNAPFG_CHECK_JOBS:-1}" check VERBOSE=1 \
+t_check=$SECONDS
+(cd "$tree" && "${runner[@]}" "$MAKE" -j"${SNAPFG_SANITIZER_CHECK_JOBS:-${SNAPFG_CHECK_JOBS:-1}}" check VERBOSE=1 \
      ${SNAPFG_SANITIZER_TESTS:+TESTS="$SNAPFG_SANITIZER_TESTS"}) || st=$?
 
+say "tests ran in $((SECONDS - t_check)) s (status $st)"
 found=0
 for f in "$reports"/*; do
     [ -e "$f" ] || continue
@@ -292,4 +307,4 @@ fi
 if [ "$found" -ne 0 ]; then
     die "$found sanitizer report(s) written (printed above), although every test passed"
 fi
-say "PASS: the test suite passed under $san_flags"
+say "PASS: ${SNAPFG_SANITIZER_TESTS:+the chosen tests of }the test suite passed under $san_flags"

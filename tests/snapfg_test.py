@@ -25,6 +25,18 @@ def log(msg, file=sys.stdout):
     print("%s: %s" % (PROG, msg), file=file, flush=True)
 
 
+def skip_part(msg):
+    """A part of the test that did not run here (a premise not met): a
+    SKIP-PART line, and a line in the shell test's list of skipped parts
+    (tests/functions.sh skip_part), so that the test's summary counts it
+    as skipped, never as passed."""
+    log("SKIP-PART: %s" % msg)
+    path = os.environ.get("SNAPFG_SKIPPED_PARTS")
+    if path:
+        with open(path, "a") as f:
+            f.write("%s: %s\n" % (PROG, msg))
+
+
 def connect(uri, strict_align=True):
     """A connected handle.  strict_align=False lets requests not aligned
     to the export's minimum block size through (to test refusals)."""

@@ -60,7 +60,7 @@ qemu-img info "$d/0003-incr.qcow2" | grep -q 'encrypted: yes' || check_fail "the
 
 for n in 1 2 3; do bk_restores "$d" $n --key-file "$tmpdir/key"; done
 st=0; bk restore "$d" "$tmpdir/nokey.img" || st=$?
-bk_expect_status 1 "restore of an encrypted run without the key" 'encrypted: give its key with --key-file' "$st"
+bk_expect_status 2 "restore of an encrypted run without the key" 'encrypted: give its key with --key-file' "$st"
 st=0; bk restore "$d" "$tmpdir/badkey.img" --key-file "$tmpdir/badkey" || st=$?
 bk_expect_status 1 "restore with a wrong key" 'Invalid password' "$st"
 [ ! -e "$tmpdir/nokey.img" ] && [ ! -e "$tmpdir/badkey.img" ] && ! ls "$tmpdir"/badkey.img.tmp* >/dev/null 2>&1 ||
@@ -73,7 +73,7 @@ bk verify "$d" --all --key-file "$tmpdir/key" || check_fail "verify --all of the
 # prune commits an encrypted chain with the key; the points kept still
 # restore, and later runs go on.
 st=0; bk prune "$d" --keep-last 2 || st=$?
-bk_expect_status 1 "prune of an encrypted chain without the key" 'encrypted: give its key' "$st"
+bk_expect_status 2 "prune of an encrypted chain without the key" 'encrypted: give its key' "$st"
 bk prune "$d" --keep-last 2 --key-file "$tmpdir/key" || check_fail "prune of the encrypted chain: $(cat "$tmpdir/bk.log")"
 for n in 2 3; do bk_restores "$d" $n --key-file "$tmpdir/key"; done
 qemu-img info "$d/0001-full.qcow2" | grep -q 'encrypted: yes' || check_fail "the pruned full image is not encrypted"

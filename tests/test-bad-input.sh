@@ -111,7 +111,7 @@ if [ "$(id -u)" -ne 0 ]; then
     chmod 000 "$tmpdir/unreadable.img"
     bad origin="$tmpdir/unreadable.img" -- "$tmpdir/unreadable.img"
 else
-    info "running as root: skipping the mode-000 origin case"
+    skip_part "the mode-000 origin case: running as root, who may read it"
 fi
 
 # --- cow-size= ---

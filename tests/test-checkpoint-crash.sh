@@ -115,6 +115,7 @@ for i in range(20):
 h.shutdown()
 EOF
 kill9
+lose_tmpfs                      # the system stopped: tmpfs is empty
 SNAPFG_TEST_BOOT_ID=boot-B start
 grep -q 'checkpoint c1: bitmap .*: in use when the system stopped uncleanly' "$pid.log" &&
     info "ok: the log says why c1 is inconsistent" ||

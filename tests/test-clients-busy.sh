@@ -98,7 +98,8 @@ fi
 if [ -f "$tmpdir/copy2.img" ]; then
     info "nbdcopy and qemu-img convert of the snapshot equal the image while the origin was written"
 else
-    info "nbdcopy of the snapshot equals the image while the origin was written (qemu-img not found: its copy skipped)"
+    info "nbdcopy of the snapshot equals the image while the origin was written"
+    skip_part "qemu-img convert of the snapshot while the origin was written: qemu-img is not installed"
 fi
 
 # --- after the writes: maps and contents -------------------------------

@@ -15,7 +15,7 @@ if ! have qemu-io && ! have qemu-img && ! have nbdcopy; then
     skip "none of qemu-io, qemu-img, nbdcopy is installed"
 fi
 for t in qemu-io qemu-img nbdcopy nbdinfo; do
-    have "$t" || info "$t not found: skipping its part"
+    have "$t" || skip_part "the $t part: $t is not installed"
 done
 
 size=$((8 * 1024 * 1024))

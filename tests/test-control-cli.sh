@@ -375,7 +375,7 @@ if have promtool; then
         info "ok: promtool check metrics accepts it" ||
         { cat "$tmpdir/promtool.out" >&2; check_fail "promtool check metrics refuses it"; }
 else
-    info "promtool not installed: the strict parser above only"
+    skip_part "promtool check metrics: promtool is not installed (the strict parser above ran)"
 fi
 expect_st "stats --prometheus --json refused" 2 -S "$ctlsock" stats --prometheus --json
 expect_st "--prometheus on another command refused" 2 -S "$ctlsock" status --prometheus

@@ -17,12 +17,11 @@
 #   - the guest reads the region back (O_DIRECT): it is what it wrote;
 #   - host: the origin file = the original image + the writes, the
 #     persistent snapshot (nbdcopy) = the original image.
-# The server runs with writeback=off, as the README prescribes for
-# reconnecting clients on nbdkit 1.32: with write-back an abort loses
-# the held writes no flush covered, and a client that reconnects cannot
-# know (a flush it resends goes to a server that never saw them).  CI
-# caught that: a block the guest wrote in its first pass, held at a
-# kill, was never written again and read back as the original data.
+# The server runs with the default, writeback=on.  Before the held file
+# (issue 29) an abort lost the held writes no flush covered, and a
+# client that reconnects cannot know: CI caught a block the guest wrote,
+# held at a kill, read back as the original data.  Now the restart
+# replays them before the guest's next request.
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/guest/guest-lib.sh"
@@ -45,8 +44,7 @@ guest_set W_MD5 "$(md5_of "$tmpdir/w")"
 
 sock=$tmpdir/sock
 pid=$tmpdir/nbdkit.pid
-params=(origin="$tmpdir/origin.img" cow="$tmpdir/cow.img" store=persistent chunk-size=4K
-        writeback=off)
+params=(origin="$tmpdir/origin.img" cow="$tmpdir/cow.img" store=persistent chunk-size=4K)
 start_snapfg "$sock" "$pid" "${params[@]}"
 guest_nbd_uri_disk origin "$sock" origin reconnect-delay=60
 

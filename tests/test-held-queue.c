@@ -3,18 +3,22 @@
 /* Unit test of write-back's queue of held writes (src/writeback/
  * held-queue.c): states and their transitions, the order reads lay held
  * writes over, overlaps, the settled front the committer may apply,
- * retiring from the front, and room accounting.  No engine, no threads
- * but the one race below: it runs in milliseconds.
+ * retiring from the front, and room accounting; and of the held file's
+ * records (held-record.c): encoding and decoding, the order a replay
+ * takes, a torn last record, and damage that must be refused.  No
+ * engine, no files, no threads but the one race below.
  */
 
 #include <config.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "held-queue.h"
+#include "held-record.h"
 #include "unit-test.h"
 
 #define OP_WRITE 0
@@ -273,9 +277,168 @@ test_room (void)
   empty_queue ();
 }
 
+/* --- the held file's records --- */
+
+#define SLOTS 256
+static unsigned char ring[SLOTS * HELD_RECORD_LEN];
+#define DATA_OFF (1024 * 1024)
+#define FILE_SIZE (64 * 1024 * 1024)
+
+static void
+put_record (uint64_t seq, uint8_t op, uint64_t offset, uint32_t count)
+{
+  struct held_record r = {
+    .seq = seq, .offset = offset, .count = count, .op = op,
+    .data_off = op == HELD_OP_WRITE ? DATA_OFF + seq * 65536 : 0,
+    .data_crc = (uint32_t) seq * 7,
+  };
+
+  held_record_encode (&r, ring + ((seq - 1) % SLOTS) * HELD_RECORD_LEN);
+}
+
+static int
+scan (uint64_t mark, struct held_replay *rp, char *why)
+{
+  return held_records_scan (ring, SLOTS, mark, DATA_OFF, FILE_SIZE,
+                            16 * 1024 * 1024, rp, why, 256);
+}
+
+static void
+test_records (void)
+{
+  struct held_record r, back;
+  struct held_replay rp;
+  unsigned char buf[HELD_RECORD_LEN];
+  char why[256];
+
+  /* Encode, decode. */
+  r = (struct held_record) { .seq = 42, .offset = 1 << 20, .data_off = DATA_OFF,
+    .count = 4096, .data_crc = 0xdeadbeef, .op = HELD_OP_WRITE,
+    .flags = HELD_FLAG_MAY_TRIM };
+  held_record_encode (&r, buf);
+  CHECK (held_record_decode (buf, &back) == NULL);
+  CHECK (back.seq == 42 && back.offset == 1 << 20 && back.count == 4096 &&
+         back.data_crc == 0xdeadbeef && back.op == HELD_OP_WRITE &&
+         back.flags == HELD_FLAG_MAY_TRIM && !back.dropped);
+  buf[20] ^= 1;
+  CHECK (held_record_decode (buf, &back) != NULL);     /* checksum */
+  memset (buf, 0, sizeof buf);
+  CHECK (held_record_slot_empty (buf));
+
+  /* The replay's order: from the mark on, in sequence, across the end
+   * of the ring.
+   */
+  memset (ring, 0, sizeof ring);
+  for (uint64_t seq = 250; seq <= 265; ++seq)
+    put_record (seq, seq % 3 == 0 ? HELD_OP_ZERO : HELD_OP_WRITE,
+                seq * 4096, 4096);
+  CHECK (scan (249, &rp, why) == 0);
+  CHECK (rp.n == 16 && !rp.torn);
+  for (size_t i = 0; i < rp.n; ++i)
+    CHECK (rp.r[i].seq == 250 + i);
+  free (rp.r);
+  /* A mark past some of them: only the rest. */
+  CHECK (scan (260, &rp, why) == 0);
+  CHECK (rp.n == 5 && rp.r[0].seq == 261);
+  free (rp.r);
+  /* Nothing after the mark. */
+  CHECK (scan (265, &rp, why) == 0 && rp.n == 0);
+  free (rp.r);
+
+  /* A torn last record ends the replay there. */
+  ring[((265 - 1) % SLOTS) * HELD_RECORD_LEN + 20] ^= 1;
+  CHECK (scan (249, &rp, why) == 0);
+  CHECK (rp.n == 15 && rp.torn && rp.torn_seq == 265);
+  free (rp.r);
+
+  /* A bad record with a good one after it: changed, refused. */
+  ring[((255 - 1) % SLOTS) * HELD_RECORD_LEN + 20] ^= 1;
+  CHECK (scan (249, &rp, why) == -EINVAL);
+  CHECK (strstr (why, "follows it") != NULL);
+  CHECK (rp.r == NULL && rp.n == 0);
+  put_record (255, HELD_OP_WRITE, 255 * 4096, 4096);
+  put_record (265, HELD_OP_WRITE, 265 * 4096, 4096);
+
+  /* Data past the end of the file, or an impossible length. */
+  put_record (258, HELD_OP_WRITE, 0, 4096);
+  {
+    struct held_record bad;
+    unsigned char *p = ring + ((258 - 1) % SLOTS) * HELD_RECORD_LEN;
+
+    CHECK (held_record_decode (p, &bad) == NULL);
+    bad.data_off = FILE_SIZE - 4096;
+    bad.count = 8192;
+    held_record_encode (&bad, p);
+    CHECK (scan (249, &rp, why) == -EINVAL);
+    CHECK (strstr (why, "outside the file") != NULL);
+    bad.data_off = DATA_OFF;
+    bad.count = 0x7fffffff;
+    held_record_encode (&bad, p);
+    CHECK (scan (249, &rp, why) == -EINVAL);
+    CHECK (strstr (why, "larger than any held write") != NULL);
+    /* A sequence number out of place. */
+    bad.count = 4096;
+    bad.seq = 300;
+    held_record_encode (&bad, p);
+    CHECK (scan (249, &rp, why) == -EINVAL);
+    CHECK (strstr (why, "out of place") != NULL);
+  }
+  put_record (258, HELD_OP_WRITE, 258 * 4096, 4096);
+
+  /* A record of an earlier lap where the next should be: the end. */
+  put_record (266 - SLOTS, HELD_OP_WRITE, 0, 4096);
+  CHECK (scan (249, &rp, why) == 0 && rp.n == 16);
+  free (rp.r);
+
+  /* The mark. */
+  held_mark_encode (12345, buf);
+  {
+    uint64_t seq;
+
+    CHECK (held_mark_decode (buf, &seq) == NULL && seq == 12345);
+    buf[3] ^= 1;
+    CHECK (held_mark_decode (buf, &seq) != NULL);
+  }
+}
+
+static void
+test_header (void)
+{
+  char stores[2][HELD_UUID_LEN] = { "11111111-2222-3333-4444-555555555555",
+                                    "66666666-7777-8888-9999-000000000000" };
+  struct held_header h = {
+    .created = 1, .pid = 2, .boot_id = "b00t", .origin_dev = 3,
+    .origin_ino = 4, .origin_size = 5, .origin_path = "/dev/vg/disk",
+    .slots = 1024, .max_stores = 32, .nstores = 2, .stores = stores,
+  }, back;
+  struct held_layout l, lb;
+  unsigned char *buf;
+
+  held_layout_of (h.slots, h.max_stores, &l);
+  CHECK (l.header_len % HELD_PAGE == 0 && l.mark_off == l.header_len);
+  CHECK (l.data_off % (1024 * 1024) == 0 &&
+         l.data_off >= l.ring_off + 1024 * HELD_RECORD_LEN);
+  buf = malloc (l.header_len);
+  CHECK (buf);
+  held_header_encode (&h, &l, buf);
+  CHECK (held_header_decode (buf, l.header_len, &back, &lb) == NULL);
+  CHECK (strcmp (back.origin_path, "/dev/vg/disk") == 0 &&
+         strcmp (back.boot_id, "b00t") == 0 && back.nstores == 2 &&
+         strcmp (back.stores[1], stores[1]) == 0 && back.origin_ino == 4 &&
+         lb.data_off == l.data_off);
+  buf[300] ^= 1;
+  CHECK (held_header_decode (buf, l.header_len, &back, &lb) != NULL);
+  buf[300] ^= 1;
+  memcpy (buf, "SNAPFGXX", 8);
+  CHECK (held_header_decode (buf, l.header_len, &back, &lb) != NULL);
+  free (buf);
+}
+
 int
 main (void)
 {
+  test_records ();
+  test_header ();
   test_transitions ();
   test_ack_against_failed_copy ();
   test_view_order ();

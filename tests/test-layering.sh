@@ -25,10 +25,12 @@ declare -A may_use=(
     [src/catalogue]="common src/device src/store"
     [src/checkpoint]="common src/device src/store src/catalogue src/engine:engine.h,engine-checkpoint.h,stats.h"
     [src/engine]="common src/device src/store src/catalogue src/checkpoint:checkpoint.h,cbt-bitmap.h src/writeback:writeback.h"
-    [src/writeback]="common src/engine:engine-internal.h,copy-out.h"
+    [src/writeback]="common src/device:device.h src/engine:engine.h,engine-internal.h,copy-out.h"
     [src/writeback/held-queue.c]="common"
     [src/writeback/held-queue.h]="common"
-    [src/writeback/held-file.c]="common"
+    [src/writeback/held-record.c]="common"
+    [src/writeback/held-record.h]="common"
+    [src/writeback/held-file.c]="common src/device:file-owner.h"
     [src/writeback/held-file.h]="common"
     [src/control]="common src/device src/store:store-types.h src/engine:engine.h,stats.h src/checkpoint:checkpoint.h"
     [src/repo]="common"
@@ -107,6 +109,8 @@ allowed src/store exception-table.h && check_fail "the table lets the stores inc
 allowed src/control engine-internal.h && check_fail "the table lets the control server include engine-internal.h"
 allowed src/writeback/held-queue.c engine-internal.h && check_fail "the table lets the held-write queue include engine-internal.h"
 allowed src/writeback/held-queue.c held-queue.h || check_fail "the table keeps the held-write queue from its own header"
+allowed src/writeback/held-record.c engine.h && check_fail "the table lets the held file's layout include engine.h"
+allowed src/repo engine.h && check_fail "the table lets the repository include engine.h"
 
 # --- the build: each library's own include path ---
 
@@ -181,4 +185,9 @@ must_refuse src_engine_libsnapfg_engine_la_CPPFLAGS control-protocol.h
 must_refuse src_engine_libsnapfg_engine_la_CPPFLAGS repo.h
 must_build src_writeback_libsnapfg_writeback_la_CPPFLAGS writeback-internal.h
 must_refuse src_writeback_libsnapfg_writeback_la_CPPFLAGS control-server.h
+must_build src_repo_libsnapfg_repo_la_CPPFLAGS repo-admin.h
+must_refuse src_repo_libsnapfg_repo_la_CPPFLAGS engine.h
+must_refuse src_repo_libsnapfg_repo_la_CPPFLAGS device.h
+must_build src_repo_libsnapfg_repo_s3_la_CPPFLAGS repo-s3-config.h
+must_refuse src_repo_libsnapfg_repo_s3_la_CPPFLAGS store.h
 finish

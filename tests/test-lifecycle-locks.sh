@@ -79,7 +79,7 @@ stop_nbdkit "$pid"
 # lock: several read-only servers may serve it (each with its own COW),
 # a writable one may not, as with a shared activation in LVM.
 if [ "$(id -u)" != 0 ] || ! have setpriv; then
-    info "skipped: read-only origin (needs root and setpriv)"
+    skip_part "read-only origin: needs root and setpriv"
 else
     chmod 755 "$tmpdir"
     ro="$tmpdir/ro"; mkdir "$ro"; chown 65534:65534 "$ro"

@@ -73,7 +73,7 @@ if wait_until 30 test -S "$ctlsock"; then
     self_refused "cow = nbd://127.0.0.1:$port" "nbd://127.0.0.1:$port" "own TCP port"
     kill "$tcp_pid"; wait "$tcp_pid" || true
 else
-    info "skipped: TCP case (nbdkit could not listen on port $port: $(tail -n1 "$tmpdir/tcp.log"))"
+    skip_part "TCP case: nbdkit could not listen on port $port: $(tail -n1 "$tmpdir/tcp.log")"
     kill "$tcp_pid" 2>/dev/null || true
 fi
 

@@ -320,7 +320,7 @@ if have qemu-nbd; then
     data_case "qemu-nbd origin, memory COW, persistent" qemu memory persistent
     data_case "qemu-nbd origin, memory COW, transient" qemu memory transient
 else
-    info "qemu-nbd not found: skipping the qemu-nbd origin cases"
+    skip_part "the qemu-nbd origin cases: qemu-nbd is not installed"
 fi
 
 # nbd-check semantics and concurrency with both disks over NBD.  The

@@ -176,6 +176,8 @@ round() {
     unmount_disk_files
     kill_disks "$dsock"
     rm -f "$ctlsock" "$sock"
+    # A power cut empties tmpfs: write-back's held file goes with it.
+    lose_tmpfs
 
     # The next boot.
     boot_disks

@@ -102,7 +102,7 @@ if [ "$(id -u)" = 0 ]; then
     refused_start "the catalogue of another user" "$state" "chown 0"
     chown 0 "$state"
 else
-    info "not root: the owner cases are skipped"
+    skip_part "the owner cases: not running as root"
 fi
 start
 listed "$sock" a0 && info "ok: with owners and modes put right the server starts" || check_fail "a0 is not back"

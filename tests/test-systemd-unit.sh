@@ -16,6 +16,14 @@
 #     the control socket without --cow (its store in the state directory)
 #     comes back from the catalogue.  (Run only when the plugin knows
 #     state=.)
+#  4. A stop with a client connected and origin writes held by
+#     write-back (the committer paused with SNAPFG_TEST_WRITEBACK_PAUSE
+#     while they are written, then let go): the unit's ExecStop (a
+#     control "flush"), then SIGTERM, which nbdkit does not act on while
+#     the client is connected, then SIGKILL (what TimeoutStopSec ends
+#     in, here at once): the disk holds every acknowledged write.
+#     (Without ExecStop the writes are lost: the committer, let go just
+#     before, has not applied them when the SIGKILL comes.)
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 require_snapfg
@@ -38,7 +46,7 @@ if have systemd-analyze; then
         info "ok: systemd-analyze verify accepts the unit ($(systemd-analyze --version | head -n 1))"
     fi
 else
-    info "systemd-analyze not installed (Debian package systemd): not verifying the unit"
+    skip_part "systemd-analyze verify: systemd-analyze is not installed (Debian package systemd)"
 fi
 
 # --- 2. what the unit must say -----------------------------------------
@@ -58,6 +66,12 @@ for kv in Restart=on-failure RuntimeDirectory=snapfg/%i StateDirectory=snapfg/%i
 done
 exec_start=$(unit_value ExecStart)
 exec_pre=$(unit_value ExecStartPre)
+exec_stop=$(unit_value ExecStop)
+case $exec_stop in
+    *" -S /run/snapfg/%i/control.sock "*flush)
+        info "ok: ExecStop flushes through the control socket" ;;
+    *) check_fail "ExecStop does not run 'snapfgctl -S /run/snapfg/%i/control.sock ... flush' (nbdkit does not exit on SIGTERM with clients connected, and the SIGKILL must find nothing held): '$exec_stop'" ;;
+esac
 case $exec_start in
     *" state=/var/lib/snapfg/%i/"*) info "ok: state= is in the state directory" ;;
     *) check_fail "ExecStart has no state= under /var/lib/snapfg/%i: $exec_start" ;;
@@ -72,7 +86,7 @@ esac
 # reading early could make the pipeline fail and skip the test.)
 plugin_help=$(nbdkit "$SNAPFG_PLUGIN" --help 2>/dev/null || true)
 if ! grep -q 'state=' <<<"$plugin_help"; then
-    info "the plugin has no state= parameter in this tree: not running the unit's command line"
+    skip_part "3, the unit's command lines: the plugin has no state= parameter in this tree"
     finish
     exit 0
 fi
@@ -175,4 +189,66 @@ nbdcopy "$(uri "$sock" nightly)" "$tmpdir/nightly.img" 2>"$tmpdir/nightly.err" |
 cmp -s "$tmpdir/nightly.img" "$tmpdir/disk-orig.img" && info "ok: nightly = the disk as it was at create" ||
     check_fail "nightly differs from the disk at create"
 stop_unit TERM
+
+# --- 4. a stop with a client connected and writes held -------------------
+stop_cmd=()
+if [ -n "$exec_stop" ]; then
+    read -r -a stop_cmd <<<"$(expand "$exec_stop")"
+    stop_cmd[0]=${stop_cmd[0]#-}        # "-": failure ignored by systemd
+    [ "$(basename "${stop_cmd[0]}")" != snapfgctl ] || stop_cmd[0]=$SNAPFGCTL
+    info "ExecStop: ${stop_cmd[*]}"
+fi
+pause=$tmpdir/pause
+touch "$pause"
+export SNAPFG_TEST_WRITEBACK_PAUSE=$pause
+start_unit
+unset SNAPFG_TEST_WRITEBACK_PAUSE
+cp "$tmpdir/expect.img" "$tmpdir/expect2.img"
+# The client (a VM, say): 24 first writes of 64 KiB after the snapshot,
+# no flush, and it stays connected until it is killed.
+"$PY" - "$(uri "$sock" origin)" "$tmpdir/expect2.img" "$tmpdir/client.written" <<'EOF' &
+import nbd, os, sys, time
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+with open(sys.argv[2], "r+b") as m:
+    for i in range(24):
+        data = os.urandom(65536)
+        off = (2 + 2 * i) * 65536
+        h.pwrite(data, off)
+        m.seek(off)
+        m.write(data)
+with open(sys.argv[3], "w") as f:
+    f.write("written\n")
+while True:
+    time.sleep(60)
+EOF
+client_pid=$!
+on_exit 'kill -KILL $client_pid 2>/dev/null'
+for _ in $(seq 600); do
+    if [ -f "$tmpdir/client.written" ] || ! _proc_alive "$client_pid"; then
+        break
+    fi
+    sleep 0.1
+done
+[ -f "$tmpdir/client.written" ] || fail "the client's writes did not complete"
+held=$("$SNAPFGCTL" -S "$ctl" stats --json |
+       "$PY" -c 'import json,sys; print([x for x in json.load(sys.stdin)["exports"] if x["export"] == "origin"][0].get("writeback_held_writes", 0))')
+[ "$held" -gt 0 ] && info "ok: $held writes held, the client connected" ||
+    check_fail "no write is held: the stop test tests nothing"
+rm -f "$pause"
+if [ -n "$exec_stop" ]; then
+    "${stop_cmd[@]}" >"$tmpdir/stop.out" 2>&1 ||
+        check_fail "ExecStop failed: $(cat "$tmpdir/stop.out")"
+fi
+# SIGTERM, and at once the SIGKILL that ends TimeoutStopSec (nbdkit does
+# not exit on SIGTERM with the client connected): at once, so that the
+# committer, let go a moment ago, has not applied the writes on its own
+# meanwhile: the disk has them only if ExecStop made sure of it.
+kill -TERM "$svc_pid"
+stop_unit KILL
+kill -KILL "$client_pid" 2>/dev/null || true
+wait "$client_pid" 2>/dev/null || true
+cmp "$tmpdir/disk.img" "$tmpdir/expect2.img" >"$tmpdir/cmp.out" 2>&1 &&
+    info "ok: after ExecStop, SIGTERM and SIGKILL the disk holds every acknowledged write" ||
+    check_fail "after the unit's stop (ExecStop, SIGTERM, SIGKILL) acknowledged writes are lost: $(cat "$tmpdir/cmp.out")"
 finish

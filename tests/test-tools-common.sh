@@ -18,7 +18,8 @@
 # - checkpoint list: the creation time in ISO 8601 and which backup
 #   directory made each checkpoint (HOST:DIR);
 # - snapfgctl --stdio bridges stdin/stdout to the control socket, and
-#   with --drop-on-hangup drops at EOF the snapshots created through it.
+#   with --drop-on-hangup drops at EOF the snapshots created through it;
+# - snapfgctl does not link libnbd, GnuTLS or libxml2.
 
 set -euo pipefail
 source "$(dirname "$0")/backup-functions.sh"
@@ -190,5 +191,15 @@ grep -q '^merging m: [0-9]* of [0-9]* chunks' "$tmpdir/err" ||
     check_fail "merge --wait --progress=always printed no progress line: $(cat "$tmpdir/err")"
 expect_status "snapfgctl --progress=sometimes" 2 "$SNAPFGCTL" -S "$mctl" status --progress=sometimes
 stop_nbdkit "$mpid"
+
+# --- snapfgctl links only what it uses (issue 32) ------------------------
+# libnbd (and with it GnuTLS and libxml2) is loaded only for inspect of
+# an NBD URI, which test-nbd-backends.sh runs.
+if have ldd; then
+    linked=$(ldd "$SNAPFGCTL" | grep -E 'libnbd|libgnutls|libxml2' || true)
+    [ -z "$linked" ] || check_fail "snapfgctl links $(echo "$linked" | awk '{print $1}' | tr '\n' ' ')"
+else
+    check_fail "no ldd to check what snapfgctl links"
+fi
 
 finish

@@ -35,7 +35,7 @@
 # (transient runs seq1m only, the target for it.)
 #
 # Also the peak memory of each server: its RSS (VmHWM at the end of its
-# cell) and the pages of its held-data memory file (memfd:snapfg-held,
+# cell) and the pages of its held file (snapfg-held-* on tmpfs,
 # which is not in the RSS), sampled every 0.1 s.
 #
 # Settings (environment): ROUNDS [5], RUNTIME [10], NUMJOBS ["1 4"],
@@ -154,7 +154,7 @@ sample_held() {
         if [ -z "$fd" ]; then
             for f in /proc/"$pid"/fd/*; do
                 case $(readlink "$f" 2>/dev/null) in
-                    /memfd:snapfg-held*) fd=$f ;;
+                    /memfd:snapfg-held*|*/snapfg-held-*) fd=$f ;;
                 esac
             done
         fi

@@ -45,6 +45,7 @@ params_free (void)
   }
   startup_snapshot_vector_reset (&params.extra_snapshots);
   free (params.control_path);
+  free (params.held_dir);
   free (params.store_type);
 }
 
@@ -269,6 +270,19 @@ params_config (const char *key, const char *value)
   if (strcmp (key, "state") == 0)
     return set_location (&params.state_path, value, false,
                          nbdkit_absolute_path);
+  /* Where write-back keeps held writes so that a crash of the server
+   * loses none: it must exist (checked when the engine opens).
+   */
+  if (strcmp (key, "held-dir") == 0)
+    return set_location (&params.held_dir, value, false, nbdkit_realpath);
+  if (strcmp (key, "held-dir-on-disk") == 0) {
+    int b = nbdkit_parse_bool (value);
+
+    if (b == -1)
+      return -1;
+    params.held_dir_on_disk = b;
+    return 0;
+  }
   nbdkit_error ("unknown parameter '%s' (see nbdkit-snapfg-plugin(1))", key);
   return -1;
 }

@@ -39,6 +39,8 @@ struct plugin_params {
   bool writeback;               /* writeback=on|off */
   int64_t writeback_max;
   bool origin_moved;            /* origin-moved=true */
+  char *held_dir;               /* held-dir=, or NULL: the default */
+  bool held_dir_on_disk;        /* held-dir-on-disk=true */
 };
 
 /* The parameters as given so far (the defaults until then). */
@@ -64,7 +66,12 @@ extern void params_free (void);
   "                      or only at client flush/FUA.\n" \
   "writeback=on|off      Acknowledge first writes once the old chunk is\n" \
   "                      copied, commit in the background (default on).\n" \
-  "writeback-max=<SIZE>  Most bytes write-back holds (default 128M).\n" \
+  "writeback-max=<SIZE>  Most bytes write-back holds (default: a sixteenth\n" \
+  "                      of the memory, 64M to 1G).\n" \
+  "held-dir=<DIR>        Where held writes outlive a crash of the server\n" \
+  "                      (tmpfs; default $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR,\n" \
+  "                      /run/snapfg).\n" \
+  "held-dir-on-disk=true Allow a held-dir= that is not on tmpfs.\n" \
   "max-snapshots=<N>     Most snapshots at once (default 32).\n" \
   "control=<SOCKET>      Unix socket for snapfgctl (mode 0600).\n" \
   "state=<FILE>          The origin's catalogue: snapshots and checkpoints\n" \

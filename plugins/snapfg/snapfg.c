@@ -138,6 +138,8 @@ open_engine (void)
     .writeback = params.writeback,
     .writeback_max = params.writeback_max,
     .origin_moved = params.origin_moved,
+    .held_dir = params.held_dir,
+    .held_dir_on_disk = params.held_dir_on_disk,
   };
   const char *problem;
 
@@ -207,6 +209,11 @@ open_engine (void)
     if (startup_snapshot (params.extra_snapshots.ptr[i].name,
                           params.extra_snapshots.ptr[i].cow_path) < 0)
       goto fail;
+  /* Writes a crash left held are replayed now, with every store of the
+   * catalogue and the command line attached, before any client.
+   */
+  if (snapfg_engine_replay_held (engine) < 0)
+    goto fail;
   return 0;
 
  fail:
@@ -264,8 +271,9 @@ plugin_cleanup (void)
 struct handle {
   struct snapfg_snapshot *snapshot;   /* NULL: the origin */
   /* Held origin writes that failed after write-back acknowledged them,
-   * as this connection last reported them: more since, and its next
-   * flush or FUA request fails with EIO.
+   * as this connection last reported them (from the count last reported
+   * to anyone when it opened): more since, and its next flush or FUA
+   * request fails with EIO.
    */
   uint64_t writeback_errors_seen;
 };
@@ -339,7 +347,7 @@ plugin_open (int readonly)
       return NULL;
     }
   }
-  h->writeback_errors_seen = snapfg_writeback_errors (engine);
+  h->writeback_errors_seen = snapfg_writeback_errors_sample (engine);
   snapfg_view_connection (engine, h->snapshot, 1);
   return h;
 }

@@ -160,6 +160,7 @@ snapshot_from_json (void *elem, json_t *v)
   snprintf (s->uuid, sizeof s->uuid, "%s",
             json_string_value (json_object_get (v, "uuid")));
   s->owned = json_is_true (json_object_get (v, "owned"));
+  s->temporary = json_is_true (json_object_get (v, "temporary"));
   return s->name && s->cow && s->store && s->state;
 }
 
@@ -209,6 +210,11 @@ catalogue_snapshot_put (struct catalogue *cat,
                    "owned", s->owned);
   if (rec == NULL)
     return -ENOMEM;
+  if (s->temporary &&
+      json_object_set_new (rec, "temporary", json_true ()) == -1) {
+    json_decref (rec);
+    return -ENOMEM;
+  }
   return put_named (cat, "snapshots", s->name, rec, "created", s->cow);
 }
 

@@ -17,7 +17,8 @@
  *     "id": "<uuid of this catalogue>",
  *     "origin": { "path": "...", "size": N, "dev": D, "ino": I },
  *     "snapshots": [ { "name", "cow", "store", "chunk_size", "cow_size",
- *                      "created", "uuid", "state", "owned" }, ... ],
+ *                      "created", "uuid", "state", "owned",
+ *                      "temporary" (only when true) }, ... ],
  *     "checkpoints": [ { "name", "bitmap", "granularity", "created",
  *                        "seq", "state", "snapshot" }, ... ],
  *     "events": [ { "time", "event", "name", "detail" }, ... ]
@@ -68,6 +69,9 @@ struct catalogue_snapshot {
   char uuid[37];                   /* the store's binding (store-binding.h) */
   char *state;                     /* CATALOGUE_SNAPSHOT_* */
   bool owned;                      /* the COW is FILE.d/NAME.cow, made by us */
+  bool temporary;                  /* made for one run of a tool: dropped at
+                                      the next start (recorded only when
+                                      true) */
 };
 
 /* A checkpoint (docs/design.md section 8; written by the checkpoint code). */

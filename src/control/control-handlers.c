@@ -205,6 +205,7 @@ writeback_json (struct snapfg_engine *e, json_t *o)
   set_int (o, "writeback_waiting", ws.waiting);
   set_int (o, "writeback_room_waits", ws.room_waits);
   set_int (o, "writeback_origin_errors", ws.origin_errors);
+  set_int (o, "writeback_errors_unseen", ws.errors_unseen);
   return o;
 }
 
@@ -389,6 +390,7 @@ control_do_create (struct control_call *call)
     .cow_size = control_arg_size (req, "cow_size"),
     .checkpoint = control_arg_string (req, "checkpoint"),
     .checkpoint_owner = control_arg_string (req, "checkpoint_owner"),
+    .temporary = control_arg_bool (req, "temporary"),
   };
   struct snapfg_snapshot *s;
   int r;
@@ -449,6 +451,18 @@ control_do_set_block_size (struct control_call *call)
     return -EINVAL;
   }
   return snapfg_set_block_size (call->e, block_size);
+}
+
+/* What a client's flush does, for the operator (a service's ExecStop=
+ * before nbdkit is signalled: nbdkit does not exit on SIGTERM while
+ * clients are connected, and the SIGKILL that follows must find nothing
+ * held).  It reports no write-back error to anyone: those stay for the
+ * clients' own flushes (stats counts them).
+ */
+int
+control_do_flush (struct control_call *call)
+{
+  return snapfg_flush (call->e, NULL);
 }
 
 int

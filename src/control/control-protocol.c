@@ -182,3 +182,9 @@ control_arg_size (const struct control_request *req, const char *key)
 
   return json_is_integer (v) ? (uint64_t) json_integer_value (v) : 0;
 }
+
+bool
+control_arg_bool (const struct control_request *req, const char *key)
+{
+  return json_is_true (json_object_get (req->json, key));
+}

@@ -49,5 +49,7 @@ extern const char *control_arg_string (const struct control_request *req,
                                        const char *key);
 extern uint64_t control_arg_size (const struct control_request *req,
                                   const char *key);
+extern bool control_arg_bool (const struct control_request *req,
+                              const char *key);
 
 #endif

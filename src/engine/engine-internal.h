@@ -64,6 +64,8 @@ struct snapfg_snapshot {
   atomic_bool merge_stop;      /* the engine is closing: stop between batches */
   atomic_uint_least64_t merge_done, merge_total;
   struct snapfg_stats stats;   /* this export's requests, copy-outs into it */
+  /* Its own writes' exceptions, from its first write (snapshot-writes.h). */
+  struct snapshot_writes *_Atomic writes;
 };
 
 struct deferred_copy;
@@ -167,6 +169,13 @@ extern const char *origin_op_name (enum origin_op op);
 extern int origin_apply_change (struct snapfg_engine *e, enum origin_op op,
                                 const void *buf, uint32_t count,
                                 uint64_t offset, unsigned flags);
+
+/* Replay the held writes of a held file left by an unclean stop, if
+ * any (writeback.h), through the request path, then sync the origin
+ * (io-origin.c).  Before the committer starts and before any client.
+ * Returns 0 or -errno (logged; the file is kept).
+ */
+extern int origin_replay_held (struct snapfg_engine *e);
 
 /* An origin request ending at 'end' failed with r.  If that is because
  * the origin file shrank under the server, say so (once per new size),

@@ -427,6 +427,16 @@ snapshot_create (struct snapfg_engine *e,
   close_state_dir (state_dirfd);
   if (r < 0)
     return r;
+  /* Writes held before an unclean stop belong before this snapshot's
+   * instant: replay them first, unless this is one of the stores they
+   * were held for (re-attached at start-up; they may need its copies).
+   */
+  if (writeback_replay_pending (e) &&
+      !writeback_replay_binds (e, s->store->uuid) &&
+      (r = origin_replay_held (e)) < 0) {
+    snapshot_discard (s);
+    return r;
+  }
   r = create_prepare_checkpoint (e, o, &cp);
   if (r < 0) {
     snapshot_discard (s);
@@ -445,6 +455,8 @@ snapshot_create (struct snapfg_engine *e,
      */
     writeback_drain (e);
     r = insert_snapshot_locked (e, s, o, cp, params.type, why, sizeof why);
+    if (r == 0)
+      writeback_bind_stores (e);
   }
   if (r < 0) {
     if (why[0])

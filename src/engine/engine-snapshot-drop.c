@@ -52,6 +52,10 @@ snapfg_snapshot_drop (struct snapfg_engine *e, const char *name)
       e->nsnapshots--;
       e->min_chunk_size = engine_min_chunk_size (e);
       atomic_store (&s->state, SNAPSHOT_DROPPED);
+      /* Nothing is held (drained above): the held file names the stores
+       * left.
+       */
+      writeback_bind_stores (e);
     }
   }
 

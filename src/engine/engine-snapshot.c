@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "engine-internal.h"
+#include "snapshot-writes.h"
 #include "lifecycle.h"
 #include "scoped-lock.h"
 #include "snapfg-log.h"
@@ -58,6 +59,7 @@ snapshot_free (struct snapfg_snapshot *s, bool clean)
   if (s->table.stripes)
     exception_table_destroy (&s->table);
   stats_destroy (&s->stats);
+  snapshot_writes_free (s);
   pthread_mutex_destroy (&s->merge_lock);
   free (s->name);
   free (s);
@@ -144,7 +146,7 @@ snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
                          void *opaque)
 {
   uint64_t *chunks;
-  size_t n, i;
+  size_t n, i, j0;
   int r;
 
   r = changed_refusal (s);
@@ -161,6 +163,13 @@ snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
     free (chunks);
     return r;
   }
+  /* The exceptions the snapshot's own writes made are no origin
+   * change (snapshot-writes.h).
+   */
+  for (i = 0, j0 = 0; i < n; ++i)
+    if (!snapshot_writes_only_snapshot (s, chunks[i]))
+      chunks[j0++] = chunks[i];
+  n = j0;
   qsort (chunks, n, sizeof *chunks, compare_chunks);
   for (i = 0; i < n && r == 0; ) {
     size_t j = i + 1;

@@ -136,8 +136,16 @@ snapfg_engine_open (const struct snapfg_options *opts,
   if (env && *env)
     e->test.writeback_pause_path = env;
 
-  r = writeback_open (e, opts->writeback, opts->writeback_max
-                      ? opts->writeback_max : snapfg_default_writeback_max ());
+  {
+    struct writeback_options wo = {
+      .on = opts->writeback,
+      .max = writeback_max_for_memory (opts->writeback, opts->writeback_max),
+      .held_dir = opts->held_dir,
+      .held_on_disk = opts->held_dir_on_disk,
+    };
+
+    r = writeback_open (e, &wo);
+  }
   if (r < 0) {
     stats_destroy (&e->stats);
     pthread_cond_destroy (&e->merge_threads_done);
@@ -270,6 +278,12 @@ snapfg_preferred_size (struct snapfg_engine *e, struct snapfg_snapshot *s)
 }
 
 int
+snapfg_engine_replay_held (struct snapfg_engine *e)
+{
+  return origin_replay_held (e) < 0 ? -1 : 0;
+}
+
+int
 snapfg_engine_start_background (struct snapfg_engine *e)
 {
   struct snapfg_snapshot *s;
@@ -283,6 +297,11 @@ snapfg_engine_start_background (struct snapfg_engine *e)
     snapfg_debug ("snapshot %s: resuming an interrupted merge", s->name);
     r = merge_start_thread (s);
   }
+  /* A replay the plugin did not ask for (a program linking the engine
+   * directly) is made before the committer starts.
+   */
+  if (r == 0)
+    r = origin_replay_held (e);
   if (r == 0)
     r = writeback_start (e);
   return r;

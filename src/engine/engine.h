@@ -48,16 +48,28 @@ struct snapfg_options {
   uint32_t block_size;             /* 512 or 4096 */
   unsigned max_snapshots;          /* 0: SNAPFG_DEFAULT_MAX_SNAPSHOTS */
   bool writeback;                  /* writeback=on */
-  uint64_t writeback_max;          /* 0: snapfg_default_writeback_max () */
+  uint64_t writeback_max;          /* 0: snapfg_default_writeback_max ();
+                                      either lowered to fit the memory
+                                      cgroup (writeback_max_for_memory) */
   bool origin_moved;               /* origin-moved=true: stores and bitmaps
                                       bound to another disk of the
                                       origin's size are rebound to it */
+  const char *held_dir;            /* held-dir=, or NULL: the default */
+  bool held_dir_on_disk;           /* held-dir-on-disk=true */
 };
 
 /* writeback-max= default: a sixteenth of the machine's memory, at
  * least 64M and at most 1G (see nbdkit-snapfg-plugin(1)).
  */
 extern uint64_t snapfg_default_writeback_max (void);
+
+/* Replay what a held file left by an unclean stop holds (the writes
+ * write-back had acknowledged and not applied), before any client is
+ * served: after the snapshots of the catalogue and the command line are
+ * attached.  Nothing to do: 0.  Returns 0 or -1 with the refusal logged
+ * (the server must not start: the file names itself and what to do).
+ */
+extern int snapfg_engine_replay_held (struct snapfg_engine *e);
 
 /* Write-back of first writes (writeback=), for stats. */
 struct snapfg_writeback_stats {
@@ -71,15 +83,22 @@ struct snapfg_writeback_stats {
   uint64_t waiting;                /* writers waiting for room now */
   uint64_t room_waits;             /* writers that waited, in all */
   uint64_t origin_errors;          /* held writes the origin refused */
+  uint64_t errors_unseen;          /* of those, not yet reported to any
+                                      client's flush or FUA request */
 };
 extern void snapfg_writeback_stats (struct snapfg_engine *e,
                                     struct snapfg_writeback_stats *ws);
 /* Origin writes that failed after write-back acknowledged them, so far.
- * A connection keeps the count it has seen: snapfg_writeback_check
- * returns -EIO (once) when more have failed since, for the connection's
- * next flush or FUA request.
+ * An error sequence, as the kernel's errseq: a connection starts at
+ * snapfg_writeback_errors_sample (the count as last reported to anyone,
+ * so that an error nobody has heard of yet is reported to it), and
+ * snapfg_writeback_check returns -EIO (once) when more have failed
+ * since, for the connection's next flush or FUA request; the error is
+ * then seen.  _unseen: failures no client has heard of yet.
  */
 extern uint64_t snapfg_writeback_errors (struct snapfg_engine *e);
+extern uint64_t snapfg_writeback_errors_sample (struct snapfg_engine *e);
+extern uint64_t snapfg_writeback_errors_unseen (struct snapfg_engine *e);
 extern int snapfg_writeback_check (struct snapfg_engine *e, uint64_t *seen);
 
 /* Who attaches a snapshot's store (docs/design.md section 7): this decides
@@ -109,6 +128,9 @@ struct snapfg_snapshot_options {
                                       snapshot's instant (checkpoint.h) */
   const char *checkpoint_owner;    /* who made it (snapfg-backup: its
                                       HOST:DIR), shown by checkpoint list */
+  bool temporary;                  /* for one run of a tool (snapfg-backup):
+                                      recorded so, and dropped at the next
+                                      start instead of brought back */
 };
 
 struct catalogue;

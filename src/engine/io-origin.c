@@ -11,11 +11,13 @@
 
 #include <config.h>
 
+#include <stdlib.h>
 #include <string.h>
 #include <errno.h>
 #include <inttypes.h>
 
 #include "engine-internal.h"
+#include "snapshot-writes.h"
 #include "copy-out.h"
 #include "merge.h"
 #include "checkpoint.h"
@@ -126,6 +128,10 @@ track_origin_change (struct snapfg_engine *e, uint32_t count,
                      uint64_t offset, unsigned flags)
 {
   engine_track_change (e, offset, count);
+  /* After the change's copy-outs: "changed NAME" of a snapshot that
+   * wrote these chunks itself counts them again (snapshot-writes.h).
+   */
+  snapshot_writes_mark_origin (e, offset, count);
   if (flags & SNAPFG_REQ_FUA)
     checkpoint_sync (e);
 }
@@ -294,10 +300,65 @@ snapfg_origin_extents (struct snapfg_engine *e, uint32_t count,
                        snapfg_extent_fn fn, void *opaque)
 {
   percpu_rwlock_token token = percpu_rwlock_read_lock (&e->geometry);
-  /* During a merge, unmerged chunks live in the COW store: say data. */
+  /* During a merge, unmerged chunks live in the COW store: say data.
+   * Held writes are data the device does not have yet.
+   */
   int r = e->merging ? fn (opaque, offset, count, 0)
-    : device_extents (&e->origin, count, offset, fn, opaque);
+    : writeback_origin_extents (e, count, offset, fn, opaque);
 
   percpu_rwlock_read_unlock (&e->geometry, token);
+  return r;
+}
+
+/* --- a replay of held writes after an unclean stop --- */
+
+int
+origin_replay_held (struct snapfg_engine *e)
+{
+  struct writeback_replayed w;
+  uint64_t applied = 0, bytes = 0;
+  uint32_t max;
+  size_t n;
+  void *buf = NULL;
+  int r;
+
+  r = writeback_replay_check (e, &n, &max);
+  if (r < 0 || !writeback_replay_pending (e))
+    return r;
+  if (max && (buf = malloc (max)) == NULL)
+    return -ENOMEM;
+  /* In sequence order, through the path a client's request takes with
+   * the committer not started: a chunk whose exception was committed
+   * goes straight to the origin, one whose round was lost is copied out
+   * again first (the origin still holds its old data).  A write applied
+   * already before the stop is applied again: the same data, in the
+   * same order, and no later write to its range can have reached the
+   * origin (it stayed in the indexes until the file said it was
+   * applied).
+   */
+  for (size_t i = 0; i < n && r == 0; ++i) {
+    r = writeback_replay_get (e, i, &w, buf);
+    if (r < 0 || w.dropped)
+      continue;
+    r = change_origin (e, w.op, buf, w.count, w.offset, w.flags);
+    if (r < 0)
+      snapfg_error ("origin=%s: replaying held write %" PRIu64 " (%s of %"
+                    PRIu32 " bytes at %" PRIu64 ") failed: %s; the held "
+                    "file is kept for the next start", e->origin.path,
+                    w.seq, origin_op_name (w.op), w.count, w.offset,
+                    strerror (-r));
+    applied++;
+    bytes += w.count;
+  }
+  free (buf);
+  if (r == 0 && !e->origin.readonly) {
+    r = device_flush (&e->origin);
+    if (r < 0)
+      snapfg_error ("origin=%s: flush after the replay of held writes "
+                    "failed: %s; the held file is kept for the next start",
+                    e->origin.path, strerror (-r));
+  }
+  if (r == 0)
+    r = writeback_replay_finish (e, applied, bytes);
   return r;
 }

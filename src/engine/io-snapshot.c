@@ -16,6 +16,7 @@
 #include <inttypes.h>
 
 #include "engine-internal.h"
+#include "snapshot-writes.h"
 #include "copy-out.h"
 #include "snapfg-log.h"
 
@@ -157,8 +158,14 @@ snapshot_write (struct snapfg_snapshot *s, const void *data, uint32_t count,
   const char *p = data;
   int r = 0;
 
+  bool own_marks, own;
+
   if (!snapshot_is_valid (s))
     r = -EIO;
+  /* Before any copy-out: the exceptions this write makes are marked as
+   * the snapshot's own, not origin changes (snapshot-writes.h).
+   */
+  own_marks = r == 0 && snapshot_writes_prepare (s);
   for (uint64_t pos = offset; pos < end && r == 0; ) {
     uint64_t chunk = pos >> s->chunk_shift;
     uint32_t in_chunk = pos & mask;
@@ -168,7 +175,14 @@ snapshot_write (struct snapfg_snapshot *s, const void *data, uint32_t count,
 
     if (n > end - pos)
       n = end - pos;
+    /* Remapped already (an origin change's exception, or one of ours):
+     * this write makes no exception of its own.  Looked at after the
+     * bitmaps were made (snapshot-writes.h says why that order).
+     */
+    own = own_marks && !snapshot_chunk_is_remapped (s, chunk);
     r = snapshot_copy_out (s, chunk, src, n, in_chunk, &new_chunk);
+    if (r == 0 && own)
+      snapshot_writes_mark_snapshot (s, chunk);
     if (r == 1) {
       /* Already remapped: the shared fast path, a plain write into the
        * chunk's COW copy with no exclusive section.

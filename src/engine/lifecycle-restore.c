@@ -71,6 +71,21 @@ snapfg_engine_restore (struct snapfg_engine *e)
     const struct store_type *type = store_type_find (rec->store);
     struct snapfg_snapshot *s;
 
+    /* A snapshot made for one run of a tool (snapfg-backup's) served
+     * that run only: the run died with the server, and brought back the
+     * snapshot would only cost a copy-out on every first write until
+     * the tool's next run dropped it.  As a transient one, it is gone;
+     * a merge, once started, is finished instead.
+     */
+    if (rec->temporary && !o.merging) {
+      snapfg_debug ("state=%s: temporary snapshot %s (made for one run) "
+                    "dropped at the restart", catalogue_path (e->catalogue),
+                    rec->name);
+      r = finish_forgetting (e, rec, "dropped",
+                             "temporary: made for one run, which ended "
+                             "with the server");
+      continue;
+    }
     /* (The catalogue has checked that the type exists.) */
     if (type && !type->survives_restart) {
       /* A transient table lived in memory only. */

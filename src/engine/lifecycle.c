@@ -52,6 +52,7 @@ lifecycle_record (struct snapfg_engine *e, struct snapfg_snapshot *s,
     .created = o->created ? o->created : (int64_t) time (NULL),
     .state = (char *) CATALOGUE_SNAPSHOT_ACTIVE,
     .owned = o->owned,
+    .temporary = o->temporary,
   };
 
   if (e->catalogue == NULL || o->attach == SNAPFG_ATTACH_RESTORE)

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "held-queue.h"
-#include "held-file.h"
+#include "held-record.h"
 
 #define OVERLAP_GRANULE_SHIFT 20  /* SNAPFG_MAX_CHUNK_SIZE */
 #define READ_GRANULE_SHIFT 16     /* the read index's granule: 64 KiB */
@@ -123,7 +123,9 @@ uint64_t
 held_write_cost (bool with_data, uint32_t count)
 {
   /* The heap's overhead counts too: writeback-max bounds memory. */
-  uint64_t data = with_data ? held_file_extent (count) : 0;
+  /* Data takes whole pages of the held file (held_file_extent). */
+  uint64_t data = with_data
+    ? ((uint64_t) count + HELD_PAGE - 1) & ~(uint64_t) (HELD_PAGE - 1) : 0;
 
   return header_length (count) + 64 + data;
 }

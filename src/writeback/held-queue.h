@@ -83,6 +83,7 @@ struct held_write {
    */
   uint64_t data_off;
   uint64_t data_extent;
+  uint32_t data_crc;              /* CRC-32C of the data (its record's) */
   /* enum held_state; changed only by held_write_transition. */
   atomic_int state;
   /* REFUSED: the error the writer returns (set before the transition). */

@@ -234,6 +234,11 @@ retire_batch (struct writeback *wb, struct held_write *first,
   struct held_write *h, *next;
   uint64_t freed, run_off = 0, run_len = 0;
 
+  /* The held file says they were applied before they leave the
+   * indexes: from then on a write to the same range may go straight to
+   * the origin, and a replay after a crash must not undo it.
+   */
+  held_file_mark_applied (&wb->file, last->seq);
   {
     SCOPED_MUTEX_LOCK (&wb->lock);
     freed = held_queue_remove_front (&wb->q, first, last);

@@ -49,8 +49,21 @@ struct writeback {
   /* Written under lock, read without it (see writeback_ready). */
   atomic_bool idle;               /* the committer waits for work */
 
-  /* The held data: writers store, the committer and readers load. */
+  /* The held file (held-file.h): writers store data and write records
+   * (under lock), the committer and readers load, the committer marks
+   * what was applied.  file_ours: this server created it (only then is it
+   * removed at a clean stop).
+   */
   struct held_file file;
+  bool file_ours;
+  struct held_binding binding;
+  /* A held file left by an unclean stop, checked and waiting to be
+   * replayed before any new snapshot or client (writeback-replay.c).
+   */
+  bool replay_pending;
+  struct held_replay replay;
+  uint32_t replay_nstores;
+  char (*replay_stores)[HELD_UUID_LEN];
   /* The committer's own. */
   void *bounce;                   /* BOUNCE_SIZE */
   pthread_t thread;
@@ -61,6 +74,8 @@ struct writeback {
   /* Statistics, atomics. */
   atomic_uint_least64_t rounds, round_exceptions, max_round;
   atomic_uint_least64_t room_waits, origin_errors;
+  /* origin_errors as last reported to a client (writeback-errors.c). */
+  atomic_uint_least64_t errors_seen;
   atomic_uint_least64_t not_held;   /* no memory to hold them (logged) */
 };
 
@@ -94,6 +109,14 @@ extern bool writeback_round_is_full (const struct writeback *wb);
 extern void writeback_held_free (struct writeback *wb, struct held_write *h);
 /* Drop a reference (freeing h if it was the last). */
 extern void writeback_held_put (struct writeback *wb, struct held_write *h);
+
+/* The uuids of the snapshots' stores that held writes may copy into
+ * (those with a binding), into a malloc'd array.  With the geometry lock
+ * held (either side).
+ */
+extern int writeback_bound_stores (struct snapfg_engine *e,
+                                   char (**stores)[HELD_UUID_LEN],
+                                   uint32_t *n);
 
 /* The committer's thread (writeback-committer.c). */
 extern void *writeback_committer (void *wb);

@@ -7,6 +7,7 @@
 
 #include <config.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include "writeback-internal.h"
 #include "writeback.h"
 #include "copy-out.h"
+#include "crc32c.h"
 #include "scoped-lock.h"
 #include "snapfg-log.h"
 
@@ -135,8 +137,41 @@ held_new (struct writeback *wb, int op, const void *buf, uint32_t count,
       return NULL;
     }
     h->data_extent = held_file_extent (count);
+    /* The record's checksum of the data, computed now, outside the
+     * lock the record is written under.
+     */
+    h->data_crc = crc32c (0, buf, count);
   }
   return h;
+}
+
+/* The record of h in the held file: its state as a replay needs it. */
+static void
+record_of (const struct held_write *h, struct held_record *r)
+{
+  r->seq = h->seq;
+  r->offset = h->offset;
+  r->data_off = h->data_extent ? h->data_off : 0;
+  r->count = h->count;
+  r->data_crc = h->data_extent ? h->data_crc : 0;
+  r->op = h->op == ORIGIN_WRITE ? HELD_OP_WRITE
+    : h->op == ORIGIN_ZERO ? HELD_OP_ZERO : HELD_OP_TRIM;
+  r->flags = h->flags & SNAPFG_REQ_MAY_TRIM ? HELD_FLAG_MAY_TRIM : 0;
+  r->dropped = false;
+}
+
+/* Under the lock: queue h and write its record, which is in the held
+ * file before the write is acknowledged (the caller acknowledges it
+ * only after this), in sequence order.
+ */
+static void
+enqueue (struct writeback *wb, struct held_write *h)
+{
+  struct held_record r;
+
+  held_queue_append (&wb->q, h);
+  record_of (h, &r);
+  held_file_write_record (&wb->file, &r);
 }
 
 void
@@ -162,7 +197,10 @@ writeback_round_is_full (const struct writeback *wb)
 static bool
 has_room (const struct writeback *wb, uint64_t cost)
 {
-  return held_queue_has_room (&wb->q, cost, wb->max);
+  /* The held file's ring of records must have a slot too. */
+  return held_queue_has_room (&wb->q, cost, wb->max) &&
+    held_file_ring_has_room (&wb->file, wb->q.last_seq + 1,
+                             wb->q.applied_seq);
 }
 
 static bool
@@ -179,7 +217,7 @@ enqueue_if_room (struct writeback *wb, struct held_write *h)
   SCOPED_MUTEX_LOCK (&wb->lock);
   if (!has_room (wb, h->cost))
     return false;
-  held_queue_append (&wb->q, h);
+  enqueue (wb, h);
   /* Gathering a round: start it if this makes it full (settled or not,
    * this write is not in it).
    */
@@ -280,7 +318,9 @@ writeback_copy_failed (struct snapfg_engine *e, struct held_write *h,
    * says so when its turn comes (the next flush or FUA on every
    * connection fails).  Refused or lost already: nothing more to do.
    */
-  held_write_transition (h, HELD_READY, HELD_LOST);
+  if (held_write_transition (h, HELD_READY, HELD_LOST))
+    /* A replay must not apply it either. */
+    held_file_drop_record (&e->wb->file, h->seq);
 }
 
 void
@@ -290,6 +330,8 @@ writeback_cancel (struct snapfg_engine *e, struct held_write *h)
 
   if (!held_write_transition (h, HELD_COPYING, HELD_CANCELLED))
     held_write_transition (h, HELD_REFUSED, HELD_CANCELLED);
+  /* The request failed: a replay must not apply it. */
+  held_file_drop_record (&wb->file, h->seq);
   SCOPED_MUTEX_LOCK (&wb->lock);
   writeback_wake_committer (wb, false);
 }
@@ -358,16 +400,26 @@ writeback_order_after_held (struct snapfg_engine *e, int op, const void *buf,
       wait_applied_locked (wb, wb->q.last_seq);
       return 0;
     }
-    if (held_queue_overlaps (&wb->q, offset, count)) {
+    if (held_queue_overlaps (&wb->q, offset, count) &&
+        held_file_ring_has_room (&wb->file, wb->q.last_seq + 1,
+                                 wb->q.applied_seq)) {
       /* Held now even past writeback-max: by at most this one write per
        * client request, since the check above found room.
        */
-      held_queue_append (&wb->q, h);
+      enqueue (wb, h);
       writeback_wake_committer (wb, writeback_round_is_full (wb));
       return 1;
     }
   }
-  /* Applied meanwhile: nothing to go after any more. */
+  /* Applied meanwhile (nothing to go after any more), or no slot for
+   * its record: it goes to the origin itself, after what it overlaps.
+   */
+  {
+    SCOPED_MUTEX_LOCK (&wb->lock);
+
+    if (held_queue_overlaps (&wb->q, offset, count))
+      wait_applied_locked (wb, wb->q.last_seq);
+  }
   writeback_held_free (wb, h);
   return 0;
 }
@@ -505,7 +557,9 @@ urge_cb (void *opaque)
 static void
 writeback_free (struct writeback *wb)
 {
-  held_file_close (&wb->file);
+  held_file_forget (&wb->file);
+  free (wb->replay.r);
+  free (wb->replay_stores);
   free (wb->bounce);
   pthread_cond_destroy (&wb->applied);
   pthread_cond_destroy (&wb->room);
@@ -515,16 +569,107 @@ writeback_free (struct writeback *wb)
 }
 
 int
-writeback_open (struct snapfg_engine *e, bool on, uint64_t max)
+writeback_bound_stores (struct snapfg_engine *e,
+                        char (**stores)[HELD_UUID_LEN], uint32_t *n)
+{
+  *n = 0;
+  *stores = calloc (e->nsnapshots ? e->nsnapshots : 1, sizeof **stores);
+  if (*stores == NULL)
+    return -ENOMEM;
+  for (size_t i = 0; i < e->nsnapshots; ++i) {
+    const char *uuid = e->snapshots[i]->store->uuid;
+
+    if (uuid[0])
+      snprintf ((*stores)[(*n)++], HELD_UUID_LEN, "%s", uuid);
+  }
+  return 0;
+}
+
+int
+writeback_bind_stores (struct snapfg_engine *e)
+{
+  struct writeback *wb = e->wb;
+  char (*stores)[HELD_UUID_LEN];
+  uint32_t n;
+  int r;
+
+  if (wb == NULL || !wb->file_ours)
+    return 0;
+  r = writeback_bound_stores (e, &stores, &n);
+  if (r == 0)
+    r = held_file_set_stores (&wb->file, stores, n);
+  free (stores);
+  if (r < 0)
+    snapfg_error ("writeback: cannot bind the held file %s to the %" PRIu32
+                  " snapshot stores: %s", wb->file.path, n, strerror (-r));
+  return r;
+}
+
+/* The held file: one left by an unclean stop is checked and kept for
+ * the replay (writeback_replay); otherwise, with write-back on, a new one
+ * is made.
+ */
+static int
+open_held_file (struct writeback *wb, const struct writeback_options *o)
+{
+  struct held_place place = { .dir = o->held_dir, .on_disk = o->held_on_disk };
+  struct held_header hdr;
+  int r;
+
+  r = held_file_place (&wb->file, &place, &wb->binding);
+  if (r < 0) {
+    /* With write-back off nothing is held: only a held file left by an
+     * earlier start with it on would need the directory.
+     */
+    if (!wb->enabled && o->held_dir == NULL)
+      return 0;
+    return r;
+  }
+  r = held_file_exists (&wb->file);
+  if (r < 0)
+    return r;
+  if (r == 1) {
+    r = held_file_open_existing (&wb->file, &wb->binding, &wb->replay, &hdr);
+    if (r < 0)
+      return r;
+    if (wb->e->origin.readonly) {
+      snapfg_error ("held file %s: the origin is open read-only, so its "
+                    "%zu held writes cannot be replayed: start once "
+                    "read-write", wb->file.path, wb->replay.n);
+      return -EROFS;
+    }
+    wb->replay_nstores = hdr.nstores;
+    wb->replay_stores = malloc ((hdr.nstores ? hdr.nstores : 1) *
+                                sizeof *wb->replay_stores);
+    if (wb->replay_stores == NULL)
+      return -ENOMEM;
+    memcpy (wb->replay_stores, hdr.stores,
+            hdr.nstores * sizeof *wb->replay_stores);
+    wb->replay_pending = true;
+    return 0;
+  }
+  if (!wb->enabled)
+    return 0;
+  r = held_file_create (&wb->file, &wb->binding, NULL, 0);
+  if (r < 0)
+    return r;
+  wb->file_ours = true;
+  return 0;
+}
+
+int
+writeback_open (struct snapfg_engine *e, const struct writeback_options *o)
 {
   struct writeback *wb = calloc (1, sizeof *wb);
+  struct device_identity id = { 0, 0 };
   pthread_condattr_t ca;
+  int r;
 
   if (wb == NULL)
     return -ENOMEM;
   wb->e = e;
-  wb->enabled = on && !e->origin.readonly;
-  wb->max = max;
+  wb->enabled = o->on && !e->origin.readonly;
+  wb->max = o->max;
   pthread_mutex_init (&wb->lock, NULL);
   pthread_condattr_init (&ca);
   pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);   /* the gathering */
@@ -534,21 +679,24 @@ writeback_open (struct snapfg_engine *e, bool on, uint64_t max)
   pthread_cond_init (&wb->applied, NULL);
   held_queue_init (&wb->q);
   wb->file.fd = -1;
-  if (wb->enabled) {
-    int r = held_file_open (&wb->file);
-
-    if (r < 0) {
-      snapfg_error ("writeback=on: cannot create the memory file for held "
-                    "writes (memfd_create): %s; writeback=off works "
-                    "without it", strerror (-r));
-      writeback_free (wb);
-      return r;
-    }
-    /* Page-aligned, as a device opened with O_DIRECT may want. */
-    if (posix_memalign (&wb->bounce, 4096, BOUNCE_SIZE) != 0) {
-      writeback_free (wb);
-      return -ENOMEM;
-    }
+  wb->file.dirfd = -1;
+  wb->binding.origin_path = e->origin.path;
+  wb->binding.has_identity = device_identity (&e->origin, &id);
+  wb->binding.origin_dev = id.dev;
+  wb->binding.origin_ino = id.ino;
+  wb->binding.origin_size = e->size;
+  wb->binding.origin_moved = e->origin_moved;
+  wb->binding.max_stores = e->max_snapshots;
+  r = open_held_file (wb, o);
+  if (r < 0) {
+    writeback_free (wb);
+    return r;
+  }
+  /* Page-aligned, as a device opened with O_DIRECT may want. */
+  if (wb->enabled && posix_memalign (&wb->bounce, 4096, BOUNCE_SIZE) != 0) {
+    held_file_close (&wb->file, wb->file_ours);
+    writeback_free (wb);
+    return -ENOMEM;
   }
   e->wb = wb;
   e->copy_deferral.defer = defer_copy_cb;
@@ -595,6 +743,10 @@ writeback_close (struct snapfg_engine *e)
   }
   deferred_copy_free (wb->paused_copies); /* none: a stop commits them */
   memset (&e->copy_deferral, 0, sizeof e->copy_deferral);
+  /* Everything held was applied: the file goes, unless it is one left
+   * by an unclean stop that was never replayed (the next start does).
+   */
+  held_file_close (&wb->file, wb->file_ours);
   writeback_free (wb);
   e->wb = NULL;
 }
@@ -623,21 +775,7 @@ snapfg_writeback_stats (struct snapfg_engine *e,
   ws->max_round = atomic_load (&wb->max_round);
   ws->room_waits = atomic_load (&wb->room_waits);
   ws->origin_errors = atomic_load (&wb->origin_errors);
+  ws->errors_unseen = snapfg_writeback_errors_unseen (e);
 }
 
-uint64_t
-snapfg_writeback_errors (struct snapfg_engine *e)
-{
-  return e->wb ? atomic_load (&e->wb->origin_errors) : 0;
-}
-
-int
-snapfg_writeback_check (struct snapfg_engine *e, uint64_t *seen)
-{
-  uint64_t now = snapfg_writeback_errors (e);
-
-  if (now == *seen)
-    return 0;
-  *seen = now;
-  return -EIO;
-}
+/* snapfg_writeback_errors and snapfg_writeback_check: writeback-errors.c */

@@ -34,14 +34,61 @@
 #include <stdint.h>
 
 #include "held-queue.h"
+#include "device.h"
 
 struct snapfg_engine;
 
-/* Set up write-back for the engine (on: writeback=on; max: the most
- * bytes held).  With on false, or until writeback_start, nothing is
- * held and every request behaves as with writeback=off.
+/* Set up write-back for the engine.  With on false, or until
+ * writeback_start, nothing is held and every request behaves as with
+ * writeback=off.  Either way a held file left by an unclean stop of this
+ * origin's server is found and checked here (refused with a message
+ * naming it if it belongs to another boot, origin or is damaged) and
+ * kept for writeback_replay.
  */
-extern int writeback_open (struct snapfg_engine *e, bool on, uint64_t max);
+struct writeback_options {
+  bool on;                        /* writeback=on */
+  uint64_t max;                   /* writeback-max= */
+  const char *held_dir;           /* held-dir=, or NULL: the default */
+  bool held_on_disk;              /* held-dir-on-disk=true */
+};
+extern int writeback_open (struct snapfg_engine *e,
+                           const struct writeback_options *o);
+/* A replay after an unclean stop (writeback-replay.c): the writes of a
+ * held file left by it, made by the engine's request path
+ * (origin_replay_held) before the committer starts, before any client
+ * and before a new snapshot is inserted (its instant must include every
+ * acknowledged write).
+ *
+ * writeback_replay_check: nothing pending (*n 0), or the stores the file
+ * is bound to are attached and every record's data passes its checksum
+ * (*n records, none longer than *max_count); -errno with the refusal
+ * logged (then nothing may be written).
+ * writeback_replay_get: record i, in sequence order, and its data (buf:
+ * *max_count bytes) unless it has none or is dropped.
+ * writeback_replay_finish: after the origin is synced: the file goes, a
+ * new one is made (write-back on), and the log says what was replayed.
+ */
+struct writeback_replayed {
+  uint64_t seq;
+  int op;                         /* enum origin_op */
+  uint64_t offset;
+  uint32_t count;
+  unsigned flags;                 /* SNAPFG_REQ_MAY_TRIM */
+  bool dropped;                   /* cancelled or lost: never applied */
+};
+extern bool writeback_replay_pending (const struct snapfg_engine *e);
+extern bool writeback_replay_binds (const struct snapfg_engine *e,
+                                    const char *uuid);
+extern int writeback_replay_check (struct snapfg_engine *e, size_t *n,
+                                   uint32_t *max_count);
+extern int writeback_replay_get (struct snapfg_engine *e, size_t i,
+                                 struct writeback_replayed *w, void *buf);
+extern int writeback_replay_finish (struct snapfg_engine *e,
+                                    uint64_t applied, uint64_t bytes);
+/* The snapshot list changed (nothing is held: it was drained): bind the
+ * held file to the stores now listed.  Geometry write side held.
+ */
+extern int writeback_bind_stores (struct snapfg_engine *e);
 /* Start the committer (after nbdkit has forked). */
 extern int writeback_start (struct snapfg_engine *e);
 /* Apply everything held, stop the committer and free (engine close). */
@@ -126,5 +173,19 @@ extern int writeback_read_begin (struct snapfg_engine *e, uint32_t count,
 extern int writeback_read_end (struct snapfg_engine *e,
                                struct held_view *v, void *buf,
                                uint32_t count, uint64_t offset, bool ok);
+
+/* The writeback-max to use: requested (0: the default), no more than a
+ * half of what the process's memory cgroup has free at start-up (logged
+ * once when a requested value is lowered).  writeback-limit.c.
+ */
+extern uint64_t writeback_max_for_memory (bool on, uint64_t requested);
+
+/* Block status of the origin: the device's extents, with every part a
+ * held write covers reported as data, never a hole or zero
+ * (writeback-extents.c).  Returns fn's error or the device's.
+ */
+extern int writeback_origin_extents (struct snapfg_engine *e,
+                                     uint32_t count, uint64_t offset,
+                                     snapfg_extent_fn fn, void *opaque);
 
 #endif

@@ -138,12 +138,6 @@ control_client_spawn (struct control_client *c, char *const argv[],
   return -1;
 }
 
-pid_t
-control_client_pid (const struct control_client *c)
-{
-  return c->pid;
-}
-
 /* Wait for the command to exit, at most MS milliseconds. */
 static bool
 reap (pid_t pid, int ms)

@@ -60,8 +60,6 @@ extern int control_client_spawn (struct control_client *c, char *const argv[],
  * a few seconds, then SIGTERM).  Safe on a client that never opened.
  */
 extern void control_client_close (struct control_client *c);
-/* The command's process id, -1 for a socket. */
-extern pid_t control_client_pid (const struct control_client *c);
 
 /* Send REQ (not consumed) and read its reply.  Returns the reply,
  * whether it says "ok": true or false (and the line, without its

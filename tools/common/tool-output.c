@@ -159,6 +159,14 @@ tool_progress_start (struct tool_progress *p, const char *what)
   showing = p;
 }
 
+void
+tool_progress_start_count (struct tool_progress *p, const char *what,
+                           const char *unit)
+{
+  tool_progress_start (p, what);
+  p->unit = unit;
+}
+
 static bool
 wanted (const struct tool_progress *p)
 {
@@ -174,10 +182,15 @@ report (struct tool_progress *p, uint64_t done, uint64_t total, bool last)
 {
   double t = tool_now () - p->start;
 
-  fprintf (stderr, "%s%s: %" PRIu64 " of %" PRIu64 " MiB (%.0f%%), "
-           "%.1f MiB/s%s", p->tty ? "\r" : "", p->what, done >> 20,
-           total >> 20, total ? 100.0 * done / total : 100.0,
-           t > 0 ? done / t / 1048576.0 : 0.0, p->tty ? "\033[K" : "\n");
+  if (p->unit)
+    fprintf (stderr, "%s%s: %" PRIu64 " of %" PRIu64 " %s (%.0f%%)%s",
+             p->tty ? "\r" : "", p->what, done, total, p->unit,
+             total ? 100.0 * done / total : 100.0, p->tty ? "\033[K" : "\n");
+  else
+    fprintf (stderr, "%s%s: %" PRIu64 " of %" PRIu64 " MiB (%.0f%%), "
+             "%.1f MiB/s%s", p->tty ? "\r" : "", p->what, done >> 20,
+             total >> 20, total ? 100.0 * done / total : 100.0,
+             t > 0 ? done / t / 1048576.0 : 0.0, p->tty ? "\033[K" : "\n");
   p->on = p->tty && !last;
   if (p->tty && last)
     fputc ('\n', stderr);

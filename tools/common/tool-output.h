@@ -77,10 +77,14 @@ extern void tool_format_rate (char *out, size_t len, uint64_t bytes,
 #define TOOL_PROGRESS_PERIOD 5.0
 struct tool_progress {
   const char *what;
+  const char *unit;             /* NULL: bytes, shown in MiB with a rate */
   double start, last;
   bool tty, on;
 };
 extern void tool_progress_start (struct tool_progress *p, const char *what);
+/* A count of UNIT ("chunks") rather than bytes: "WHAT: N of M UNIT (P%)". */
+extern void tool_progress_start_count (struct tool_progress *p,
+                                       const char *what, const char *unit);
 extern void tool_progress_update (struct tool_progress *p, uint64_t done,
                                   uint64_t total);
 /* The last report (100 %, or where it stopped). */

@@ -27,6 +27,7 @@
 #include <config.h>
 
 #include <stdio.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -54,6 +55,7 @@
 #define PIECE_SIZE (1024 * 1024) /* bytes per request by default */
 #define MAX_PIECE (4 << 20)     /* ... at most */
 #define HASH_THREADS 2          /* the pool that hashes (and writes) */
+#define MAX_POOL_THREADS 8      /* ... at most (copy_job.threads) */
 
 /* The pieces are at most this many blocks (of at least 64K). */
 #define MAX_PIECE_BLOCKS (MAX_PIECE / 65536)
@@ -247,7 +249,7 @@ struct pool {
   struct slot *done;            /* finished, for the loop */
   bool quit;
   int efd;                      /* readable when done was filled */
-  pthread_t threads[HASH_THREADS];
+  pthread_t threads[MAX_POOL_THREADS];
   size_t nthreads;              /* 0: the loop hashes itself */
 };
 
@@ -259,6 +261,9 @@ pool_process (struct pool *p, struct slot *s)
   s->written = 0;
   if (p->job->direct)
     write_direct (p->job, s);
+  else if (p->job->sink)
+    s->error = p->job->sink (p->job, s->offset, s->buf, s->length, s->zero,
+                             s->nblocks, &s->written);
 }
 
 static void *
@@ -308,7 +313,8 @@ pool_start (struct pool *p, struct copy_job *job,
   p->efd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (p->efd == -1)
     return;
-  for (size_t i = 0; i < HASH_THREADS; ++i)
+  for (size_t i = 0; i < (job->threads ? job->threads : HASH_THREADS) &&
+         i < MAX_POOL_THREADS; ++i)
     if (pthread_create (&p->threads[p->nthreads], NULL, pool_thread, p) == 0)
       p->nthreads++;
 }
@@ -416,56 +422,75 @@ write_piece (struct copy_job *job, struct slot *s, const bool *zero,
   return r;
 }
 
-int
-copy_run (struct copy_job *job, char *err, size_t err_len)
-{
-  /* Static, not on the stack: should libnbd ever complete a command
-   * while a handle is closed after a failure, its callback still finds
-   * its slot.  copy_run is not reentrant.
-   */
-  static struct slot slots[MAX_SLOTS];
-  struct pollfd fds[18];
-  struct nbd_handle *hs[17];
-  bool dead[17] = { false };
+/* One copy_run: its slots, connections and progress. */
+struct copier {
+  struct copy_job *job;
+  struct slot *slots;
+  int nslots;
+  uint64_t piece;
+  struct cursor cur;
   struct pool pool;
-  struct cursor cur = { 0, 0 };
-  int nslots = job->slots ? (int) job->slots : COPY_SLOTS;
-  uint64_t piece = job->piece ? job->piece : PIECE_SIZE;
-  uint64_t total = 0, done = 0;
   unsigned char zero_sum[SHA256_LEN];
-  bool stopping = false, failed = false;
+  struct nbd_handle *hs[17];    /* the sources, then the image */
+  bool dead[17];
+  struct pollfd fds[18];
+  size_t nh;
+  int in_flight;
+  uint64_t total, done;
+  bool stopping, failed;
+  char *err;
+  size_t err_len;
   struct tool_progress prog;
-  size_t nh = 0;
-  int in_flight = 0;
+};
 
-  err[0] = '\0';
-  if (nslots < 1 || nslots > MAX_SLOTS)
-    nslots = COPY_SLOTS;
+/* The first failure is the one reported; the copy stops issuing. */
+static void __attribute__ ((format (printf, 2, 3)))
+copier_fail (struct copier *c, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (!c->failed) {
+    va_start (ap, fmt);
+    vsnprintf (c->err, c->err_len, fmt, ap);
+    va_end (ap);
+  }
+  c->failed = c->stopping = true;
+}
+
+/* Sizes, buffers and connections; -1 with the reason in err. */
+static int
+copier_start (struct copier *c)
+{
+  struct copy_job *job = c->job;
+
+  if (c->nslots < 1 || c->nslots > MAX_SLOTS)
+    c->nslots = COPY_SLOTS;
   /* A piece is whole blocks, and at most MAX_PIECE_BLOCKS of them. */
-  if (piece < job->block)
-    piece = job->block;
-  piece = piece / job->block * job->block;
-  if (piece / job->block > MAX_PIECE_BLOCKS)
-    piece = job->block * MAX_PIECE_BLOCKS;
+  if (c->piece < job->block)
+    c->piece = job->block;
+  c->piece = c->piece / job->block * job->block;
+  if (c->piece / job->block > MAX_PIECE_BLOCKS)
+    c->piece = job->block * MAX_PIECE_BLOCKS;
   if (job->nsrc == 0 || job->nsrc > 16) {
-    snprintf (err, err_len, "internal error: %zu source connections", job->nsrc);
+    snprintf (c->err, c->err_len, "internal error: %zu source connections",
+              job->nsrc);
     return -1;
   }
   for (size_t i = 0; i < job->nranges; ++i)
-    total += job->ranges[i].length;
-  sha256_zero (job->block, zero_sum);
-  tool_progress_start (&prog, job->what);
-  memset (slots, 0, sizeof slots);
-  for (int i = 0; i < nslots; ++i) {
-    slots[i].buf = malloc (piece);
-    if (slots[i].buf == NULL) {
-      snprintf (err, err_len, "out of memory (%d buffers of %" PRIu64 " bytes)",
-                nslots, piece);
+    c->total += job->ranges[i].length;
+  sha256_zero (job->block, c->zero_sum);
+  tool_progress_start (&c->prog, job->what);
+  memset (c->slots, 0, MAX_SLOTS * sizeof *c->slots);
+  for (int i = 0; i < c->nslots; ++i) {
+    c->slots[i].buf = malloc (c->piece);
+    if (c->slots[i].buf == NULL) {
+      snprintf (c->err, c->err_len, "out of memory (%d buffers of %" PRIu64
+                " bytes)", c->nslots, c->piece);
       for (int j = 0; j < i; ++j)
-        free (slots[j].buf);
+        free (c->slots[j].buf);
       return -1;
     }
-    slots[i].src = i % job->nsrc;
+    c->slots[i].src = i % job->nsrc;
   }
   for (size_t i = 0; i < job->nsrc; ++i) {
     /* libnbd zeroes a read's buffer first, by default, so that a short
@@ -474,181 +499,243 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
      * never used, so it is not needed here.
      */
     nbd_set_pread_initialize (job->src[i], false);
-    hs[nh++] = job->src[i];
+    c->hs[c->nh++] = job->src[i];
   }
   if (job->dst)
-    hs[nh++] = job->dst;
-  pool_start (&pool, job, zero_sum);
+    c->hs[c->nh++] = job->dst;
+  pool_start (&c->pool, job, c->zero_sum);
+  return 0;
+}
 
-#define FAIL(...) do {                                          \
-    if (!failed)                                                \
-      snprintf (err, err_len, __VA_ARGS__);                     \
-    failed = stopping = true;                                   \
-  } while (0)
+/* Start reads on idle slots. */
+static void
+copier_issue_reads (struct copier *c)
+{
+  for (int i = 0; i < c->nslots && !c->stopping; ++i) {
+    struct slot *s = &c->slots[i];
+    if (s->state != SLOT_IDLE)
+      continue;
+    if (!next_piece (c->job, &c->cur, c->piece, &s->offset, &s->length))
+      break;
+    s->error = 0;
+    s->state = SLOT_READING;
+    if (nbd_aio_pread (c->job->src[s->src], s->buf, s->length, s->offset,
+                       (nbd_completion_callback) { .callback = read_done,
+                                                   .user_data = s },
+                       0) == -1) {
+      s->state = SLOT_IDLE;
+      copier_fail (c, "reading offset %" PRIu64 ": %s", s->offset,
+                   nbd_get_error ());
+      break;
+    }
+    c->in_flight++;
+  }
+}
+
+/* Slot S moves on: a finished read to the pool, a hashed piece to be
+ * written (a direct image's is written already), a written one idle.
+ */
+static void
+copier_advance (struct copier *c, struct slot *s)
+{
+  struct copy_job *job = c->job;
+
+  if (s->state == SLOT_READ_DONE) {
+    if (s->error) {
+      copier_fail (c, "reading offset %" PRIu64 " (%" PRIu64 " bytes): %s",
+                   s->offset, s->length, strerror (s->error));
+      s->state = SLOT_IDLE;
+      c->in_flight--;
+      return;
+    }
+    job->bytes_read += s->length;
+    s->error = 0;
+    pool_submit (&c->pool, s);
+  }
+  if (s->state == SLOT_HASHED) {
+    if (job->direct || job->sink) {
+      job->bytes_written += s->written;
+      s->state = SLOT_WRITE_DONE;
+    }
+    else if (job->dst == NULL || c->failed) {
+      s->state = SLOT_IDLE;
+      c->in_flight--;
+      c->done += s->length;
+      return;
+    }
+    else {
+      s->state = SLOT_WRITING;
+      if (write_piece (job, s, s->zero, s->nblocks) == -1)
+        copier_fail (c, "writing the image at offset %" PRIu64 ": %s",
+                     s->offset, nbd_get_error ());
+    }
+  }
+  if (s->state == SLOT_WRITE_DONE) {
+    if (s->error)
+      copier_fail (c, "%s at offset %" PRIu64 ": %s",
+                   job->sink ? "storing the chunk" : "writing the image",
+                   s->offset, strerror (s->error));
+    s->state = SLOT_IDLE;
+    c->in_flight--;
+    c->done += s->length;
+  }
+}
+
+/* Nothing in flight: is there more to read?  (Not when stopping.) */
+static bool
+copier_more_to_do (struct copier *c)
+{
+  if (c->stopping)
+    return false;
+  for (int i = 0; i < c->nslots; ++i)
+    if (c->slots[i].state == SLOT_IDLE) {
+      struct cursor probe = c->cur;
+      uint64_t o, l;
+      return next_piece (c->job, &probe, c->piece, &o, &l);
+    }
+  return false;
+}
+
+/* A completion may have come in while requests were issued. */
+static bool
+copier_slot_ready (struct copier *c)
+{
+  for (int i = 0; i < c->nslots; ++i)
+    if (c->slots[i].state == SLOT_READ_DONE ||
+        c->slots[i].state == SLOT_HASHED ||
+        c->slots[i].state == SLOT_WRITE_DONE)
+      return true;
+  return false;
+}
+
+/* Connection I is dead: it completes nothing more, so give up on its
+ * requests, there is no reply left to wait for.
+ */
+static void
+copier_lost (struct copier *c, size_t i)
+{
+  struct copy_job *job = c->job;
+
+  copier_fail (c, "%s: %s", c->hs[i] == job->dst ? "the image's qemu-nbd"
+               : "the NBD server", nbd_get_error () ? nbd_get_error ()
+               : "connection lost");
+  for (int j = 0; j < c->nslots; ++j) {
+    struct slot *s = &c->slots[j];
+    bool on_it = (s->state == SLOT_READING && job->src[s->src] == c->hs[i])
+      || (s->state == SLOT_WRITING && c->hs[i] == job->dst);
+    if (on_it) {
+      s->state = SLOT_IDLE;
+      c->in_flight--;
+    }
+  }
+  c->dead[i] = true;
+}
+
+/* Wait for the connections and the pool, and let libnbd read or write
+ * what they are ready for.  -1: poll failed (the loop ends).
+ */
+static int
+copier_wait (struct copier *c)
+{
+  for (size_t i = 0; i < c->nh; ++i) {
+    unsigned dir = c->dead[i] ? 0 : nbd_aio_get_direction (c->hs[i]);
+    c->fds[i].fd = c->dead[i] ? -1 : nbd_aio_get_fd (c->hs[i]);
+    c->fds[i].events = 0;
+    c->fds[i].revents = 0;
+    if (dir & LIBNBD_AIO_DIRECTION_READ)
+      c->fds[i].events |= POLLIN;
+    if (dir & LIBNBD_AIO_DIRECTION_WRITE)
+      c->fds[i].events |= POLLOUT;
+  }
+  /* ... and for the pool (fd -1 without threads: ignored). */
+  c->fds[c->nh].fd = c->pool.nthreads ? c->pool.efd : -1;
+  c->fds[c->nh].events = POLLIN;
+  c->fds[c->nh].revents = 0;
+  if (poll (c->fds, c->nh + 1, 500) == -1) {
+    if (errno == EINTR)
+      return 0;
+    copier_fail (c, "poll: %s", strerror (errno));
+    return -1;
+  }
+  for (size_t i = 0; i < c->nh; ++i) {
+    int r = 0;
+    if (c->dead[i])
+      continue;
+    if (c->fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+      r = nbd_aio_notify_read (c->hs[i]);
+    else if (c->fds[i].revents & POLLOUT)
+      r = nbd_aio_notify_write (c->hs[i]);
+    if (r == -1 || nbd_aio_is_dead (c->hs[i]))
+      copier_lost (c, i);
+  }
+  return 0;
+}
+
+/* The poll loop: until every range is copied or the copy stops, with
+ * nothing in flight when it returns.
+ */
+static void
+copier_loop (struct copier *c)
+{
+  struct copy_job *job = c->job;
 
   for (;;) {
-    /* Start reads on idle slots. */
-    for (int i = 0; i < nslots && !stopping; ++i) {
-      struct slot *s = &slots[i];
-      if (s->state != SLOT_IDLE)
-        continue;
-      if (!next_piece (job, &cur, piece, &s->offset, &s->length))
-        break;
-      s->error = 0;
-      s->state = SLOT_READING;
-      if (nbd_aio_pread (job->src[s->src], s->buf, s->length, s->offset,
-                         (nbd_completion_callback) { .callback = read_done,
-                                                     .user_data = s },
-                         0) == -1) {
-        s->state = SLOT_IDLE;
-        FAIL ("reading offset %" PRIu64 ": %s", s->offset,
-              nbd_get_error ());
-        break;
-      }
-      in_flight++;
-    }
+    copier_issue_reads (c);
+    pool_collect (&c->pool);
+    for (int i = 0; i < c->nslots; ++i)
+      copier_advance (c, &c->slots[i]);
 
-    /* Finished reads to the pool, hashed pieces to be written (a
-     * direct image's are written already).
-     */
-    pool_collect (&pool);
-    for (int i = 0; i < nslots; ++i) {
-      struct slot *s = &slots[i];
+    tool_progress_update (&c->prog, c->done, c->total);
+    if (!c->stopping && backup_interrupted)
+      copier_fail (c, "interrupted");
+    if (!c->stopping && job->stop_after && c->done >= job->stop_after)
+      c->stopping = true;
 
-      if (s->state == SLOT_READ_DONE) {
-        if (s->error) {
-          FAIL ("reading offset %" PRIu64 " (%" PRIu64 " bytes): %s",
-                s->offset, s->length, strerror (s->error));
-          s->state = SLOT_IDLE;
-          in_flight--;
-          continue;
-        }
-        job->bytes_read += s->length;
-        s->error = 0;
-        pool_submit (&pool, s);
-      }
-      if (s->state == SLOT_HASHED) {
-        if (job->direct) {
-          job->bytes_written += s->written;
-          s->state = SLOT_WRITE_DONE;
-        }
-        else if (job->dst == NULL || failed) {
-          s->state = SLOT_IDLE;
-          in_flight--;
-          done += s->length;
-          continue;
-        }
-        else {
-          s->state = SLOT_WRITING;
-          if (write_piece (job, s, s->zero, s->nblocks) == -1)
-            FAIL ("writing the image at offset %" PRIu64 ": %s", s->offset,
-                  nbd_get_error ());
-        }
-      }
-      if (s->state == SLOT_WRITE_DONE) {
-        if (s->error)
-          FAIL ("writing the image at offset %" PRIu64 ": %s", s->offset,
-                strerror (s->error));
-        s->state = SLOT_IDLE;
-        in_flight--;
-        done += s->length;
-      }
-    }
-
-    tool_progress_update (&prog, done, total);
-    if (!stopping && backup_interrupted)
-      FAIL ("interrupted");
-    if (!stopping && job->stop_after && done >= job->stop_after)
-      stopping = true;
-
-    if (in_flight == 0) {
-      bool more = false;
-      if (!stopping)
-        for (int i = 0; i < nslots; ++i)
-          if (slots[i].state == SLOT_IDLE) {
-            struct cursor probe = cur;
-            uint64_t o, l;
-            more = next_piece (job, &probe, piece, &o, &l);
-            break;
-          }
-      if (!more)
+    if (c->in_flight == 0) {
+      if (!copier_more_to_do (c))
         break;
       continue;
     }
-
-    /* A completion may have come in while requests were issued. */
-    {
-      bool ready = false;
-      for (int i = 0; i < nslots && !ready; ++i)
-        ready = slots[i].state == SLOT_READ_DONE ||
-          slots[i].state == SLOT_HASHED ||
-          slots[i].state == SLOT_WRITE_DONE;
-      if (ready)
-        continue;
-    }
-
-    /* Wait for the connections. */
-    for (size_t i = 0; i < nh; ++i) {
-      unsigned dir = dead[i] ? 0 : nbd_aio_get_direction (hs[i]);
-      fds[i].fd = dead[i] ? -1 : nbd_aio_get_fd (hs[i]);
-      fds[i].events = 0;
-      fds[i].revents = 0;
-      if (dir & LIBNBD_AIO_DIRECTION_READ)
-        fds[i].events |= POLLIN;
-      if (dir & LIBNBD_AIO_DIRECTION_WRITE)
-        fds[i].events |= POLLOUT;
-    }
-    /* ... and for the pool (fd -1 without threads: ignored). */
-    fds[nh].fd = pool.nthreads ? pool.efd : -1;
-    fds[nh].events = POLLIN;
-    fds[nh].revents = 0;
-    if (poll (fds, nh + 1, 500) == -1) {
-      if (errno == EINTR)
-        continue;
-      FAIL ("poll: %s", strerror (errno));
+    if (copier_slot_ready (c))
+      continue;
+    if (copier_wait (c) == -1)
       break;
-    }
-    for (size_t i = 0; i < nh; ++i) {
-      int r = 0;
-      if (dead[i])
-        continue;
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
-        r = nbd_aio_notify_read (hs[i]);
-      else if (fds[i].revents & POLLOUT)
-        r = nbd_aio_notify_write (hs[i]);
-      if (r == -1 || nbd_aio_is_dead (hs[i])) {
-        /* A dead connection completes nothing more: give up on its
-         * requests, there is no reply left to wait for.
-         */
-        FAIL ("%s: %s", hs[i] == job->dst ? "the image's qemu-nbd"
-              : "the NBD server", nbd_get_error () ? nbd_get_error ()
-              : "connection lost");
-        for (int j = 0; j < nslots; ++j) {
-          struct slot *s = &slots[j];
-          bool on_it = (s->state == SLOT_READING && job->src[s->src] == hs[i])
-            || (s->state == SLOT_WRITING && hs[i] == job->dst);
-          if (on_it) {
-            s->state = SLOT_IDLE;
-            in_flight--;
-          }
-        }
-        dead[i] = true;
-      }
-    }
   }
-#undef FAIL
-  pool_stop (&pool);
-  tool_progress_end (&prog, done, total);
+}
 
-  if (!failed && job->stop_after && done >= job->stop_after) {
+int
+copy_run (struct copy_job *job, char *err, size_t err_len)
+{
+  /* Static, not on the stack: should libnbd ever complete a command
+   * while a handle is closed after a failure, its callback still finds
+   * its slot.  copy_run is not reentrant.
+   */
+  static struct slot slots[MAX_SLOTS];
+  static struct copier c;
+
+  memset (&c, 0, sizeof c);
+  c.job = job;
+  c.slots = slots;
+  c.nslots = job->slots ? (int) job->slots : COPY_SLOTS;
+  c.piece = job->piece ? job->piece : PIECE_SIZE;
+  c.err = err;
+  c.err_len = err_len;
+  err[0] = '\0';
+  if (copier_start (&c) == -1)
+    return -1;
+  copier_loop (&c);
+  pool_stop (&c.pool);
+  tool_progress_end (&c.prog, c.done, c.total);
+
+  if (!c.failed && job->stop_after && c.done >= job->stop_after) {
     /* Test hook: nothing is in flight now; wait here to be killed. */
-    fprintf (stderr, "snapfg-backup: stopped after %" PRIu64
-             " bytes (SNAPFG_BACKUP_TEST_STOP_AFTER)\n", done);
+    tool_info ("stopped after %" PRIu64 " bytes "
+               "(SNAPFG_BACKUP_TEST_STOP_AFTER)", c.done);
     raise (SIGSTOP);
     snprintf (err, err_len, "stopped by SNAPFG_BACKUP_TEST_STOP_AFTER");
-    failed = true;
+    c.failed = true;
   }
-  for (int i = 0; i < nslots; ++i)
+  for (int i = 0; i < c.nslots; ++i)
     free (slots[i].buf);
-  return failed ? -1 : 0;
+  return c.failed ? -1 : 0;
 }

@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <endian.h>
 #include <sys/stat.h>
 
@@ -87,6 +88,7 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
               int *keep_fd)
 {
   char size_arg[32], path[64], secret[PATH_MAX * 2 + 64], opts[256];
+  char what[PATH_MAX + 256];
   char *argv[24];
   size_t n = 0;
   struct stat made, now;
@@ -149,7 +151,8 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
   argv[n++] = path;
   argv[n++] = size_arg;
   argv[n] = NULL;
-  r = run_command (NULL, argv);
+  snprintf (what, sizeof what, "%s/%s", dir, name);
+  r = run_command (NULL, argv, what);
   /* An encrypted image's key derivation is timed by qemu-img, which
    * measures its first round of PBKDF2 in thread CPU time; on kernels
    * with tick-based CPU accounting that round can read as 0 ms, and
@@ -159,7 +162,7 @@ image_create (int dirfd, const char *dir, const char *name, uint64_t size,
    */
   for (int tries = 1; r != 0 && a && a->key_file && !backup_interrupted &&
          tries < 3; ++tries)
-    r = run_command (NULL, argv);
+    r = run_command (NULL, argv, what);
   close (pass);
   if (r == 0 && (fstatat (dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == -1 ||
                  now.st_dev != made.st_dev || now.st_ino != made.st_ino)) {
@@ -270,7 +273,7 @@ output_open (const char *tmp, const char *format, uint64_t size, int *fdp)
   else {
     char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", path,
                      size_arg, NULL };
-    if (run_command (NULL, argv) == -1) {
+    if (run_command (NULL, argv, tmp) == -1) {
       close (pass);
       return NULL;
     }
@@ -453,6 +456,92 @@ chain_check (int dirfd, const char *dir, json_t *manifest, json_t *run,
  fail:
   chain_free (chain);
   return -1;
+}
+
+int
+image_key_check (const char *dir, const char *name,
+                 const struct image_access *a)
+{
+  char path[PATH_MAX], secret[PATH_MAX * 2 + 64], *spec, *json;
+  char *argv[10];
+  size_t n = 0;
+  json_t *opts;
+  int r;
+
+  /* The image alone (no backing chain: the chain shares its key), so
+   * that only one key derivation is paid; qemu-img check, unlike info,
+   * unlocks the image.
+   */
+  snprintf (path, sizeof path, "%s/%s", dir, name);
+  opts = json_pack ("{s:s, s:{s:s, s:s}, s:{s:s}, s:n}",
+                    "driver", "qcow2",
+                    "file", "driver", "file", "filename", path,
+                    "encrypt", "key-secret", KEY_SECRET_ID,
+                    "backing");
+  json = opts ? json_dumps (opts, JSON_COMPACT) : NULL;
+  json_decref (opts);
+  if (json == NULL || asprintf (&spec, "json:%s", json) == -1) {
+    free (json);
+    backup_error ("out of memory");
+    return -1;
+  }
+  free (json);
+  argv[n++] = "qemu-img";
+  argv[n++] = "check";
+  argv[n++] = "-q";
+  add_secret (argv, &n, a, secret, sizeof secret);
+  argv[n++] = spec;
+  argv[n] = NULL;
+  r = run_command (NULL, argv, path);
+  free (spec);
+  if (r == -1)
+    backup_error ("--key-file %s does not open %s: is it the key the "
+                  "chain was made with?", a->key_file, path);
+  return r;
+}
+
+int
+key_file_check (const char *path)
+{
+  struct stat st;
+  int fd;
+
+  /* Opened, not only stat'd: a key the tool cannot read is as missing
+   * as one that is not there, and says so before any work starts.
+   * O_NONBLOCK: a FIFO (a key handed over by another program) is not
+   * waited for here; qemu reads it.
+   */
+  fd = open (path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd == -1 || fstat (fd, &st) == -1) {
+    backup_error ("--key-file %s: %m", path);
+    if (fd >= 0)
+      close (fd);
+    return -1;
+  }
+  close (fd);
+  if (S_ISDIR (st.st_mode)) {
+    backup_error ("--key-file %s: a directory, not a key", path);
+    return -1;
+  }
+  if (S_ISREG (st.st_mode) &&
+      (st.st_mode & (S_IRGRP | S_IROTH | S_IWGRP | S_IWOTH)))
+    backup_info ("warning: --key-file %s can be read or written by other "
+                 "users (mode %04o): anyone who reads it can read the "
+                 "backups; chmod 600 %s", path,
+                 (unsigned) (st.st_mode & 07777), path);
+  return 0;
+}
+
+int
+key_status (const struct backup_options *o, json_t *run)
+{
+  if (json_is_true (json_object_get (run, "encrypted")) &&
+      o->key_file == NULL) {
+    backup_error ("run %" PRIu64 " is encrypted: give its key with "
+                  "--key-file FILE", json_u64 (run, "seq"));
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
 }
 
 int

@@ -2,7 +2,7 @@
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg-backup: full and incremental backups of a snapfg origin.
  *
- *   snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full]
+ *   snapfg-backup [-H HOST] -S CONTROL -u NBD_URI backup DIR [--full | --diff]
  *   snapfg-backup restore DIR OUT|- [--at N] [-O raw|qcow2] [--no-verify]
  *   snapfg-backup verify DIR [--at N | --all]
  *   snapfg-backup list DIR
@@ -23,12 +23,16 @@
  *   3. the manifest naming NNNN-TYPE.qcow2 is made durable;
  *   4. the .partial is renamed to its name (a next run or a restore
  *      finishes this rename if a crash came between 3 and 4);
- *   5. the older checkpoint is dropped.
+ *   5. the checkpoints no run needs are dropped (the last run's and
+ *      the latest full run's stay).
  * Anything of a run that is not in the manifest is a leftover: the next
  * run removes it (files, snapshots and checkpoints carrying this
  * directory's chain id).
  *
- * This file holds only the command line (main); the commands are in
+ * This file holds only the command line: the table of subcommands
+ * (name, operands, synopsis, the options each refuses, how it runs), the
+ * option parser and main, which parses, checks and dispatches.  The
+ * commands are in
  * snapfg-backup-run.c (backup), snapfg-backup-restore.c (restore),
  * snapfg-backup-verify.c (verify, list) and snapfg-backup-prune.c
  * (prune), which never call back into this file; snapfg-backup.h lists
@@ -48,11 +52,12 @@
 #include <signal.h>
 
 #include "snapfg-backup.h"
+#include "snapfg-backup-repo.h"
 #include "cleanup.h"
 
 /* Each command's synopsis: in --help and in its usage error. */
 #define BACKUP_SYNOPSIS "snapfg-backup -S CONTROL -u NBD_URI backup DIR [--full | --diff] [--compress[=zstd|zlib]] [--encrypt] [--key-file F]"
-#define REMOTE_SYNOPSIS "snapfg-backup -H [USER@]HOST[:PORT] -S CONTROL -u NBD_URI backup DIR [...]"
+#define REMOTE_SYNOPSIS "snapfg-backup -H [USER@]HOST[:PORT] -S CONTROL -u NBD_URI backup DIR [--full | --diff] [--compress[=zstd|zlib]] [--encrypt] [--key-file F] [--ssh-option OPT]... [--remote-snapfgctl PATH]"
 #define RESTORE_SYNOPSIS "snapfg-backup restore DIR OUT|- [--at N] [-O raw|qcow2] [--key-file F] [--no-verify]"
 #define VERIFY_SYNOPSIS "snapfg-backup verify DIR [--at N | --all] [--key-file F] [--json]"
 #define LIST_SYNOPSIS "snapfg-backup list DIR [--json]"
@@ -80,6 +85,19 @@ usage (FILE *fp)
            "       " VERIFY_SYNOPSIS "\n"
            "       " LIST_SYNOPSIS "\n"
            "       " PRUNE_SYNOPSIS "\n"
+           "\n"
+           "A repository (deduplicated, compressed, encrypted chunks; every run\n"
+           "a full point; REPO a directory or s3://BUCKET[/PREFIX]):\n"
+           "       snapfg-backup init REPO [--encrypt --key-file F]\n"
+           "       snapfg-backup [-H ...] -S CONTROL -u NBD_URI backup REPO --disk NAME\n"
+           "                     [--full] [--key-file F] [--compress]\n"
+           "       snapfg-backup restore REPO OUT --disk NAME [--at N] [--key-file F]\n"
+           "       snapfg-backup verify REPO [--disk NAME] [--at N | --all] [--key-file F]\n"
+           "       snapfg-backup list REPO [--disk NAME] [--json]\n"
+           "       snapfg-backup prune REPO [--disk NAME] --keep-last N [--keep-hourly N]\n"
+           "                     [--keep-daily N] [--keep-weekly N] [--keep-monthly N]\n"
+           "                     [--keep-yearly N] [--dry-run]\n"
+           "       snapfg-backup gc REPO [--grace SECONDS] [--dry-run]\n"
            "\n"
            "  backup DIR       back up the server's origin into DIR: a full\n"
            "                   qcow2 image the first time, then incremental\n"
@@ -123,221 +141,410 @@ usage (FILE *fp)
            TOOL_DEFAULT_TIMEOUT);
 }
 
-/* A command given the wrong number of operands, or an option that is
- * not its own: say how it is used.
+/* A command line that is wrong as a whole: one line that says so and
+ * where the rest is, not the whole usage (which would scroll the
+ * message itself off a terminal).
  */
-static bool
-wrong_usage (bool wrong, const char *synopsis)
+static int
+usage_hint (void)
 {
-  if (wrong)
-    fprintf (stderr, "snapfg-backup: usage: %s\n", synopsis);
-  return wrong;
+  tool_error ("try 'snapfg-backup --help'");
+  return EXIT_USAGE;
+}
+
+/* --- the subcommands ------------------------------------------------- */
+
+/* One subcommand: its name, operand count and synopsis (for its usage
+ * error), which options it refuses, and how it runs.  A new subcommand
+ * is one more row in the table below.
+ */
+struct subcommand {
+  const char *name;
+  int operands;                 /* the number of operands after NAME */
+  const char *synopsis;
+  bool with_host;               /* may run from a backup host (-H) */
+  /* true when O has an option that is not this command's (or its
+   * options conflict); NULL: it takes them all.
+   */
+  bool (*options_wrong) (const struct backup_options *o);
+  /* More checks of the command line, with their own message: 0, or
+   * the exit status; NULL: none.
+   */
+  int (*check) (struct backup_options *o, char **operands);
+  int (*run) (struct backup_options *o, char **operands);
+};
+
+/* A command that talks to the server: open the session (the control
+ * connection, over ssh with -H), run, close it.
+ */
+static int
+with_session (struct backup_options *o, const char *dir,
+              int (*cmd) (const struct backup_options *, const char *))
+{
+  int status = session_open (o, dir);
+
+  if (status == EXIT_OK)
+    status = cmd (o, dir);
+  session_close (o);
+  return status;
+}
+
+static bool
+backup_options_wrong (const struct backup_options *o)
+{
+  return o->at >= 0 || o->format || o->no_verify || o->all ||
+    o->keep_last >= 0 || (o->full && o->diff);
+}
+
+static int
+backup_check (struct backup_options *o, char **operands)
+{
+  if (o->socket == NULL || o->uri == NULL) {
+    tool_error ("backup: give the server's control "
+                "socket with -S CONTROL and its NBD URI with -u NBD_URI");
+    return EXIT_USAGE;
+  }
+  if (o->host && o->cow_dir) {
+    /* Its stores are files of the server's machine: this one cannot
+     * remove them after a run.
+     */
+    tool_error ("--cow-dir is for a backup on the "
+                "server's machine, not with -H");
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+static int
+backup_run (struct backup_options *o, char **operands)
+{
+  return with_session (o, operands[0], cmd_backup);
+}
+
+static bool
+restore_options_wrong (const struct backup_options *o)
+{
+  return o->full || o->cow_dir || o->diff || o->compress || o->encrypt ||
+    o->all || o->keep_last >= 0;
+}
+
+static int
+restore_check (struct backup_options *o, char **operands)
+{
+  if (o->format == NULL)
+    o->format = "raw";
+  if (strcmp (o->format, "raw") != 0 && strcmp (o->format, "qcow2") != 0) {
+    tool_error ("-O %s: the output format is raw or "
+                "qcow2", o->format);
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+static int
+restore_run (struct backup_options *o, char **operands)
+{
+  return cmd_restore (o, operands[0], operands[1]);
+}
+
+/* The options backup and restore have and verify, list, prune not. */
+static bool
+reader_options_wrong (const struct backup_options *o)
+{
+  return o->full || o->cow_dir || o->diff || o->compress || o->encrypt ||
+    o->format || o->no_verify;
+}
+
+static bool
+verify_options_wrong (const struct backup_options *o)
+{
+  return reader_options_wrong (o) || o->keep_last >= 0 ||
+    (o->at >= 0 && o->all);
+}
+
+static int
+verify_run (struct backup_options *o, char **operands)
+{
+  return cmd_verify (o, operands[0]);
+}
+
+static bool
+list_options_wrong (const struct backup_options *o)
+{
+  return reader_options_wrong (o) || o->keep_last >= 0 || o->at >= 0 ||
+    o->all || o->key_file;
+}
+
+static int
+list_run (struct backup_options *o, char **operands)
+{
+  return cmd_list (o, operands[0]);
+}
+
+static bool
+prune_options_wrong (const struct backup_options *o)
+{
+  return reader_options_wrong (o) || o->keep_last < 0 || o->at >= 0 ||
+    o->all;
+}
+
+static int
+prune_run (struct backup_options *o, char **operands)
+{
+  /* prune drops the server's checkpoints through a session too (with
+   * -H, over ssh); without -S it only prunes the directory.
+   */
+  if (o->socket)
+    return with_session (o, operands[0], cmd_prune);
+  return cmd_prune (o, operands[0]);
+}
+
+static const struct subcommand subcommands[] = {
+  { "backup", 1, BACKUP_SYNOPSIS, true, backup_options_wrong, backup_check,
+    backup_run },
+  { "restore", 2, RESTORE_SYNOPSIS, false, restore_options_wrong,
+    restore_check, restore_run },
+  { "verify", 1, VERIFY_SYNOPSIS, false, verify_options_wrong, NULL,
+    verify_run },
+  { "list", 1, LIST_SYNOPSIS, false, list_options_wrong, NULL, list_run },
+  { "prune", 1, PRUNE_SYNOPSIS, true, prune_options_wrong, NULL, prune_run },
+};
+#define NR_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
+
+/* "backup, restore, verify, list or prune", from the table. */
+static const char *
+subcommand_names (char *buf, size_t len)
+{
+  size_t used = 0;
+
+  buf[0] = '\0';
+  for (size_t i = 0; i < NR_SUBCOMMANDS && used < len; ++i)
+    used += snprintf (buf + used, len - used, "%s%s",
+                      i == 0 ? "" : i + 1 < NR_SUBCOMMANDS ? ", " : " or ",
+                      subcommands[i].name);
+  return buf;
+}
+
+static const struct subcommand *
+find_subcommand (const char *name)
+{
+  size_t i;
+
+  for (i = 0; i < NR_SUBCOMMANDS; i++)
+    if (strcmp (subcommands[i].name, name) == 0)
+      return &subcommands[i];
+  return NULL;
+}
+
+/* --- the options ----------------------------------------------------- */
+
+enum { OPT_FULL = 256, OPT_AT, OPT_COW_DIR, OPT_NO_VERIFY, OPT_DIFF,
+       OPT_COMPRESS, OPT_ENCRYPT, OPT_KEY_FILE, OPT_ALL, OPT_KEEP_LAST,
+       OPT_JSON, OPT_SSH_OPTION, OPT_REMOTE_SNAPFGCTL, OPT_PROGRESS,
+       OPT_TIMEOUT };
+
+static const struct option long_options[] = {
+  { "socket", required_argument, NULL, 'S' },
+  { "uri", required_argument, NULL, 'u' },
+  { "full", no_argument, NULL, OPT_FULL },
+  { "at", required_argument, NULL, OPT_AT },
+  { "output-format", required_argument, NULL, 'O' },
+  { "cow-dir", required_argument, NULL, OPT_COW_DIR },
+  { "no-verify", no_argument, NULL, OPT_NO_VERIFY },
+  { "diff", no_argument, NULL, OPT_DIFF },
+  { "compress", optional_argument, NULL, OPT_COMPRESS },
+  { "encrypt", no_argument, NULL, OPT_ENCRYPT },
+  { "key-file", required_argument, NULL, OPT_KEY_FILE },
+  { "all", no_argument, NULL, OPT_ALL },
+  { "keep-last", required_argument, NULL, OPT_KEEP_LAST },
+  { "json", no_argument, NULL, OPT_JSON },
+  { "host", required_argument, NULL, 'H' },
+  { "ssh-option", required_argument, NULL, OPT_SSH_OPTION },
+  { "remote-snapfgctl", required_argument, NULL, OPT_REMOTE_SNAPFGCTL },
+  { "progress", required_argument, NULL, OPT_PROGRESS },
+  { "timeout", required_argument, NULL, OPT_TIMEOUT },
+  { "help", no_argument, NULL, 'h' },
+  { "version", no_argument, NULL, 'V' },
+  { NULL, 0, NULL, 0 },
+};
+
+/* WORD as a whole number >= 1 into *n: 0, or -1. */
+static int
+parse_count (const char *word, long *n)
+{
+  char *end;
+
+  errno = 0;
+  *n = strtol (word, &end, 10);
+  return errno || end == word || *end || *n < 1 ? -1 : 0;
+}
+
+/* The options whose value must be checked: EXIT_OK, or EXIT_USAGE
+ * after a message naming the value.
+ */
+static int
+parse_valued_option (int c, struct backup_options *o)
+{
+  switch (c) {
+  case OPT_PROGRESS:
+    if (tool_parse_progress (optarg, &tool_out.progress) == 0)
+      return EXIT_OK;
+    tool_error ("--progress=%s: auto, always or never",
+                optarg);
+    return EXIT_USAGE;
+  case OPT_TIMEOUT:
+    if (tool_parse_timeout (optarg, 1, &o->timeout) == 0)
+      return EXIT_OK;
+    tool_error ("--timeout: not a number of seconds "
+                "(1 to %d): %s", TOOL_MAX_TIMEOUT, optarg);
+    return EXIT_USAGE;
+  case OPT_COMPRESS:
+    o->compress = optarg ? optarg : "zstd";
+    if (strcmp (o->compress, "zstd") == 0 || strcmp (o->compress, "zlib") == 0)
+      return EXIT_OK;
+    tool_error ("--compress=%s: zstd or zlib",
+                o->compress);
+    return EXIT_USAGE;
+  case OPT_KEEP_LAST:
+    if (parse_count (optarg, &o->keep_last) == 0)
+      return EXIT_OK;
+    tool_error ("--keep-last: not a number of runs "
+                "(1 or more): %s", optarg);
+    return EXIT_USAGE;
+  case OPT_AT:
+    if (parse_count (optarg, &o->at) == 0)
+      return EXIT_OK;
+    tool_error ("--at: not a run number: %s", optarg);
+    return EXIT_USAGE;
+  }
+  abort ();
+}
+
+/* Parse the options into O.  Returns -1 to go on with the command at
+ * argv[optind], or the exit status (--help, --version, a usage error).
+ */
+static int
+parse_options (int argc, char *argv[], struct backup_options *o)
+{
+  int c, status;
+
+  while ((c = getopt_long (argc, argv, "S:u:O:H:hV", long_options, NULL))
+         != -1) {
+    switch (c) {
+    case 'S': o->socket = optarg; break;
+    case 'u': o->uri = optarg; break;
+    case 'O': o->format = optarg; break;
+    case OPT_FULL: o->full = true; break;
+    case OPT_COW_DIR: o->cow_dir = optarg; break;
+    case OPT_NO_VERIFY: o->no_verify = true; break;
+    case OPT_DIFF: o->diff = true; break;
+    case OPT_ENCRYPT: o->encrypt = true; break;
+    case OPT_KEY_FILE: o->key_file = optarg; break;
+    case OPT_ALL: o->all = true; break;
+    case OPT_JSON: o->json = tool_out.json = true; break;
+    case 'H': o->host = optarg; break;
+    case OPT_SSH_OPTION: o->ssh_options[o->nssh_options++] = optarg; break;
+    case OPT_REMOTE_SNAPFGCTL: o->remote_snapfgctl = optarg; break;
+    case OPT_PROGRESS: case OPT_TIMEOUT: case OPT_COMPRESS:
+    case OPT_KEEP_LAST: case OPT_AT:
+      status = parse_valued_option (c, o);
+      if (status != EXIT_OK)
+        return status;
+      break;
+    case 'h': usage (stdout); return EXIT_OK;
+    case 'V': printf ("snapfg-backup %s\n", PACKAGE_VERSION); return EXIT_OK;
+    default: return usage_hint (); /* getopt named the option */
+    }
+  }
+  return -1;
+}
+
+/* Is the command line right for SC, with NOPERANDS operands?  EXIT_OK,
+ * or the exit status after a message.
+ */
+static int
+check_command_line (const struct subcommand *sc, struct backup_options *o,
+                    int noperands, char **operands)
+{
+  if (noperands != sc->operands ||
+      (sc->options_wrong && sc->options_wrong (o))) {
+    tool_error ("usage: %s", sc->synopsis);
+    return EXIT_USAGE;
+  }
+  if (o->host && !sc->with_host) {
+    tool_error ("%s: -H is not for this command (see snapfg-backup --help)",
+                sc->name);
+    return EXIT_USAGE;
+  }
+  if (o->host == NULL && (o->nssh_options ||
+                          strcmp (o->remote_snapfgctl, "snapfgctl") != 0)) {
+    tool_error ("--ssh-option and --remote-snapfgctl "
+                "need -H HOST");
+    return EXIT_USAGE;
+  }
+  if (o->key_file && key_file_check (o->key_file) == -1)
+    return EXIT_USAGE;
+  return sc->check ? sc->check (o, operands) : EXIT_OK;
 }
 
 int
 main (int argc, char *argv[])
 {
-  enum { OPT_FULL = 256, OPT_AT, OPT_COW_DIR, OPT_NO_VERIFY, OPT_DIFF,
-         OPT_COMPRESS, OPT_ENCRYPT, OPT_KEY_FILE, OPT_ALL, OPT_KEEP_LAST,
-         OPT_JSON, OPT_SSH_OPTION, OPT_REMOTE_SNAPFGCTL, OPT_PROGRESS,
-         OPT_TIMEOUT };
-  static const struct option long_options[] = {
-    { "socket", required_argument, NULL, 'S' },
-    { "uri", required_argument, NULL, 'u' },
-    { "full", no_argument, NULL, OPT_FULL },
-    { "at", required_argument, NULL, OPT_AT },
-    { "output-format", required_argument, NULL, 'O' },
-    { "cow-dir", required_argument, NULL, OPT_COW_DIR },
-    { "no-verify", no_argument, NULL, OPT_NO_VERIFY },
-    { "diff", no_argument, NULL, OPT_DIFF },
-    { "compress", optional_argument, NULL, OPT_COMPRESS },
-    { "encrypt", no_argument, NULL, OPT_ENCRYPT },
-    { "key-file", required_argument, NULL, OPT_KEY_FILE },
-    { "all", no_argument, NULL, OPT_ALL },
-    { "keep-last", required_argument, NULL, OPT_KEEP_LAST },
-    { "json", no_argument, NULL, OPT_JSON },
-    { "host", required_argument, NULL, 'H' },
-    { "ssh-option", required_argument, NULL, OPT_SSH_OPTION },
-    { "remote-snapfgctl", required_argument, NULL, OPT_REMOTE_SNAPFGCTL },
-    { "progress", required_argument, NULL, OPT_PROGRESS },
-    { "timeout", required_argument, NULL, OPT_TIMEOUT },
-    { "help", no_argument, NULL, 'h' },
-    { "version", no_argument, NULL, 'V' },
-    { NULL, 0, NULL, 0 },
-  };
   struct backup_options o = { .at = -1, .format = NULL, .keep_last = -1,
                               .remote_snapfgctl = "snapfgctl",
                               .timeout = TOOL_DEFAULT_TIMEOUT };
   struct sigaction sa = { .sa_handler = on_signal };
+  const struct subcommand *sc;
   const char *cmd;
-  int c, status;
+  char names[256];
+  int status;
 
   tool_out.prog = "snapfg-backup";
+  /* A repository's commands (snapfg-backup-repo-main.c); -1: help,
+   * version or a usage error, printed below.
+   */
+  sigemptyset (&sa.sa_mask);
+  if (repo_command_line (argc, argv)) {
+    sigaction (SIGINT, &sa, NULL);
+    sigaction (SIGTERM, &sa, NULL);
+    if ((status = repo_main (argc, argv)) >= 0)
+      return status;
+  }
   /* Freed on every way out of main, the early usage returns included. */
   CLEANUP_FREE char **ssh_options = calloc (argc + 1, sizeof *ssh_options);
   o.ssh_options = ssh_options;
   if (o.ssh_options == NULL) {
-    perror ("snapfg-backup");
+    tool_error ("out of memory");
     return EXIT_FAILED;
   }
-  while ((c = getopt_long (argc, argv, "S:u:O:H:hV", long_options, NULL))
-         != -1) {
-    switch (c) {
-    case 'S': o.socket = optarg; break;
-    case 'u': o.uri = optarg; break;
-    case 'O': o.format = optarg; break;
-    case OPT_FULL: o.full = true; break;
-    case OPT_COW_DIR: o.cow_dir = optarg; break;
-    case OPT_NO_VERIFY: o.no_verify = true; break;
-    case OPT_DIFF: o.diff = true; break;
-    case OPT_ENCRYPT: o.encrypt = true; break;
-    case OPT_KEY_FILE: o.key_file = optarg; break;
-    case OPT_ALL: o.all = true; break;
-    case OPT_JSON: o.json = tool_out.json = true; break;
-    case 'H': o.host = optarg; break;
-    case OPT_SSH_OPTION: o.ssh_options[o.nssh_options++] = optarg; break;
-    case OPT_REMOTE_SNAPFGCTL: o.remote_snapfgctl = optarg; break;
-    case OPT_PROGRESS:
-      if (tool_parse_progress (optarg, &tool_out.progress) == -1) {
-        fprintf (stderr, "snapfg-backup: --progress=%s: auto, always or "
-                 "never\n", optarg);
-        return EXIT_USAGE;
-      }
-      break;
-    case OPT_TIMEOUT:
-      if (tool_parse_timeout (optarg, 1, &o.timeout) == -1) {
-        fprintf (stderr, "snapfg-backup: --timeout: not a number of seconds "
-                 "(1 to %d): %s\n", TOOL_MAX_TIMEOUT, optarg);
-        return EXIT_USAGE;
-      }
-      break;
-    case OPT_COMPRESS:
-      o.compress = optarg ? optarg : "zstd";
-      if (strcmp (o.compress, "zstd") != 0 && strcmp (o.compress, "zlib") != 0) {
-        fprintf (stderr, "snapfg-backup: --compress=%s: zstd or zlib\n",
-                 o.compress);
-        return EXIT_USAGE;
-      }
-      break;
-    case OPT_KEEP_LAST: {
-      char *end;
-      errno = 0;
-      o.keep_last = strtol (optarg, &end, 10);
-      if (errno || end == optarg || *end || o.keep_last < 1) {
-        fprintf (stderr, "snapfg-backup: --keep-last: not a number of runs "
-                 "(1 or more): %s\n", optarg);
-        return EXIT_USAGE;
-      }
-      break;
-    }
-    case OPT_AT: {
-      char *end;
-      errno = 0;
-      o.at = strtol (optarg, &end, 10);
-      if (errno || end == optarg || *end || o.at < 1) {
-        fprintf (stderr, "snapfg-backup: --at: not a run number: %s\n",
-                 optarg);
-        return EXIT_USAGE;
-      }
-      break;
-    }
-    case 'h': usage (stdout); return EXIT_OK;
-    case 'V': printf ("snapfg-backup %s\n", PACKAGE_VERSION); return EXIT_OK;
-    default: usage (stderr); return EXIT_USAGE;
-    }
-  }
+
+  /* Parse the command line. */
+  status = parse_options (argc, argv, &o);
+  if (status != -1)
+    return status;
   if (optind >= argc) {
-    usage (stderr);
-    return EXIT_USAGE;
+    tool_error ("no command given (%s)",
+                subcommand_names (names, sizeof names));
+    return usage_hint ();
   }
   cmd = argv[optind++];
+  sc = find_subcommand (cmd);
+  if (sc == NULL) {
+    tool_error ("unknown command '%s' (%s; see snapfg-backup --help)", cmd,
+                subcommand_names (names, sizeof names));
+    return EXIT_USAGE;
+  }
+  status = check_command_line (sc, &o, argc - optind, &argv[optind]);
+  if (status != EXIT_OK)
+    return status;
 
+  /* Run it: a signal stops it cleanly. */
   sigemptyset (&sa.sa_mask);
   sigaction (SIGINT, &sa, NULL);
   sigaction (SIGTERM, &sa, NULL);
   signal (SIGPIPE, SIG_IGN);
+  status = sc->run (&o, &argv[optind]);
 
-  if (strcmp (cmd, "backup") == 0) {
-    if (wrong_usage (argc - optind != 1 || o.at >= 0 || o.format ||
-                     o.no_verify || o.all || o.keep_last >= 0 ||
-                     (o.full && o.diff), BACKUP_SYNOPSIS))
-      return EXIT_USAGE;
-    if (o.socket == NULL || o.uri == NULL) {
-      fprintf (stderr, "snapfg-backup: backup: give the server's control "
-               "socket with -S CONTROL and its NBD URI with -u NBD_URI\n");
-      return EXIT_USAGE;
-    }
-    if (o.host && o.cow_dir) {
-      /* Its stores are files of the server's machine: this one cannot
-       * remove them after a run.
-       */
-      fprintf (stderr, "snapfg-backup: --cow-dir is for a backup on the "
-               "server's machine, not with -H\n");
-      return EXIT_USAGE;
-    }
-    status = session_open (&o, argv[optind]);
-    if (status == EXIT_OK)
-      status = cmd_backup (&o, argv[optind]);
-    session_close (&o);
-    goto out;
-  }
-  if (o.host && strcmp (cmd, "prune") != 0) {
-    fprintf (stderr, "snapfg-backup: %s: -H is for backup and prune\n", cmd);
-    return EXIT_USAGE;
-  }
-  if (o.host == NULL && (o.nssh_options ||
-                         strcmp (o.remote_snapfgctl, "snapfgctl") != 0)) {
-    fprintf (stderr, "snapfg-backup: --ssh-option and --remote-snapfgctl "
-             "need -H HOST\n");
-    return EXIT_USAGE;
-  }
-  if (strcmp (cmd, "restore") == 0) {
-    if (wrong_usage (argc - optind != 2 || o.full || o.cow_dir || o.diff ||
-                     o.compress || o.encrypt || o.all || o.keep_last >= 0,
-                     RESTORE_SYNOPSIS))
-      return EXIT_USAGE;
-    if (o.format == NULL)
-      o.format = "raw";
-    if (strcmp (o.format, "raw") != 0 && strcmp (o.format, "qcow2") != 0) {
-      fprintf (stderr, "snapfg-backup: -O %s: the output format is raw or "
-               "qcow2\n", o.format);
-      return EXIT_USAGE;
-    }
-    status = cmd_restore (&o, argv[optind], argv[optind + 1]);
-    goto out;
-  }
-  if (strcmp (cmd, "verify") == 0 || strcmp (cmd, "list") == 0 ||
-      strcmp (cmd, "prune") == 0) {
-    bool verify = cmd[0] == 'v', list = cmd[0] == 'l';
-    if (wrong_usage (argc - optind != 1 || o.full || o.cow_dir || o.diff ||
-                     o.compress || o.encrypt || o.format || o.no_verify ||
-                     (!verify && (o.at >= 0 || o.all)) ||
-                     (verify && o.at >= 0 && o.all) ||
-                     (list && o.key_file) ||
-                     ((cmd[0] == 'p') != (o.keep_last >= 0)),
-                     verify ? VERIFY_SYNOPSIS : list ? LIST_SYNOPSIS
-                     : PRUNE_SYNOPSIS))
-      return EXIT_USAGE;
-    if (!verify && !list && o.socket) {
-      /* prune drops the server's checkpoints through a session too
-       * (with -H, over ssh).
-       */
-      status = session_open (&o, argv[optind]);
-      if (status == EXIT_OK)
-        status = cmd_prune (&o, argv[optind]);
-      session_close (&o);
-      goto out;
-    }
-    status = verify ? cmd_verify (&o, argv[optind])
-         : list ? cmd_list (&o, argv[optind]) : cmd_prune (&o, argv[optind]);
-    goto out;
-  }
-  fprintf (stderr, "snapfg-backup: unknown command '%s' (backup, restore, "
-           "verify, list or prune; "
-           "see snapfg-backup --help)\n", cmd);
-  return EXIT_USAGE;
-
- out:
   /* With --json, stdout always has one object: the command's own, or
    * this one.
    */

@@ -65,7 +65,7 @@ normalise_ranges (struct copy_range *r, size_t n, uint64_t block,
  * first lets a run fail before it changes anything on the server.
  */
 struct nbd_handle *
-connect_server (const char *uri, bool want_extents)
+connect_server (const char *uri, const char *what, bool want_extents)
 {
   struct nbd_handle *h = nbd_create ();
 
@@ -78,7 +78,8 @@ connect_server (const char *uri, bool want_extents)
       (want_extents &&
        nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1) ||
       nbd_connect_uri (h, uri) == -1) {
-    backup_error ("cannot connect to %s: %s", uri, nbd_get_error ());
+    backup_error ("cannot connect to %s: %s", what ? what : uri,
+                  nbd_get_error ());
     nbd_close (h);
     return NULL;
   }
@@ -87,10 +88,10 @@ connect_server (const char *uri, bool want_extents)
 
 /* Finish negotiating: serve EXPORT (the URI's own export is replaced). */
 int
-open_export (struct nbd_handle *h, const char *uri, const char *export)
+open_export (struct nbd_handle *h, const char *what, const char *export)
 {
   if (nbd_set_export_name (h, export) == -1 || nbd_opt_go (h) == -1) {
-    backup_error ("%s: cannot open export '%s': %s", uri, export,
+    backup_error ("%s: cannot open export '%s': %s", what, export,
                   nbd_get_error ());
     return -1;
   }
@@ -98,11 +99,11 @@ open_export (struct nbd_handle *h, const char *uri, const char *export)
 }
 
 struct nbd_handle *
-connect_export (const char *uri, const char *export)
+connect_export (const char *uri, const char *what, const char *export)
 {
-  struct nbd_handle *h = connect_server (uri, false);
+  struct nbd_handle *h = connect_server (uri, what, false);
 
-  if (h && open_export (h, uri, export) == -1) {
+  if (h && open_export (h, what ? what : uri, export) == -1) {
     nbd_opt_abort (h);
     nbd_close (h);
     return NULL;

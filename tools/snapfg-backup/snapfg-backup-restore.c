@@ -39,6 +39,7 @@ struct restore {
   unsigned char *expected;      /* the run's sums; NULL: --no-verify */
   struct image_access access;
   struct nbd_handle *src;       /* the run's chain, through qemu-nbd */
+  int fail_status;              /* the exit status if it fails */
 };
 
 /* The run asked for (--at N, or the latest). */
@@ -92,6 +93,10 @@ restore_open (struct restore *r)
   r->run = find_run (r);
   if (r->run == NULL)
     return -1;
+  if (key_status (r->o, r->run) != EXIT_OK) {
+    r->fail_status = EXIT_USAGE;
+    return -1;
+  }
   r->seq = json_u64 (r->run, "seq");
   r->size = json_u64 (r->run, "size");
   r->block = json_u64 (r->run, "sum_block");
@@ -259,8 +264,9 @@ int
 cmd_restore (const struct backup_options *o, const char *dir_path,
              const char *out)
 {
-  struct restore r = { .o = o, .dir_path = dir_path, .d = { .fd = -1 } };
-  int status = EXIT_FAILED;
+  struct restore r = { .o = o, .dir_path = dir_path, .d = { .fd = -1 },
+                       .fail_status = EXIT_FAILED };
+  int status;
 
   if (restore_open (&r) == 0 &&
       (strcmp (out, "-") == 0 ? restore_to_stdout (&r)
@@ -271,6 +277,8 @@ cmd_restore (const struct backup_options *o, const char *dir_path,
                  r.expected ? ", verified" : ", NOT verified (--no-verify)");
     status = EXIT_OK;
   }
+  else
+    status = r.fail_status;
   disconnect (r.src);
   free (r.expected);
   json_decref (r.manifest);

@@ -12,6 +12,7 @@
 #include <config.h>
 
 #include <stdio.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <inttypes.h>
@@ -85,29 +86,6 @@ drop_checkpoint (const struct backup_options *o, const char *name)
 struct run;
 static int drop_snapshot (struct run *r, const char *name);
 
-/* Names of the server's snapshots or checkpoints that start with PREFIX. */
-static json_t *
-server_names (const struct backup_options *o, enum control_cmd cmd,
-              const char *key, const char *prefix)
-{
-  json_t *req = control_request (cmd);
-  json_t *reply, *out = json_array (), *v;
-  char err[512];
-  size_t i;
-
-  reply = control_call (o, req, err, sizeof err);
-  json_decref (req);
-  if (reply == NULL)
-    return out;
-  json_array_foreach (json_object_get (reply, key), i, v) {
-    const char *n = json_str (v, "name");
-    if (n && strncmp (n, prefix, strlen (prefix)) == 0)
-      json_array_append_new (out, json_string (n));
-  }
-  json_decref (reply);
-  return out;
-}
-
 /* The state of one run, from step to step. */
 enum run_kind { RUN_FULL, RUN_INCREMENTAL, RUN_DIFFERENTIAL };
 
@@ -118,7 +96,6 @@ struct run {
   bool dir_created;             /* by this run: removed if it fails */
   json_t *manifest, *runs, *last;
   json_t *base;                 /* the run this one copies changes since */
-  json_t *stale_ckpts;
   enum run_kind kind;
   const char *since;            /* checkpoint the changes are since */
   const char *backing;          /* the image under this run's */
@@ -137,6 +114,7 @@ struct run {
   time_t started, finished;
   double t0;                    /* tool_now () at the snapshot */
   bool snapshot_made, checkpoint_made, image_made, recorded, empty;
+  bool forced_full;             /* a full because a verify failed */
   /* The image, made by a thread while the copy is prepared. */
   pthread_t image_thread;
   bool image_started;           /* the thread runs, or ran */
@@ -234,14 +212,34 @@ run_open_dir (struct run *r)
   return 0;
 }
 
+/* A run of the chain since its latest full whose verify failed (its
+ * images, or those under it, are damaged): NULL if none.  A later
+ * successful verify of that run clears the mark.
+ */
+static json_t *
+damaged_run (json_t *runs, json_t *full)
+{
+  json_t *v, *damaged = NULL;
+  bool after = false;
+  size_t i;
+
+  json_array_foreach (runs, i, v) {
+    after = after || v == full;
+    if (after && json_str (v, "verify_failed"))
+      damaged = v;
+  }
+  return damaged;
+}
+
 /* 2. The kind of run, and how its image is written. */
 static int
 run_choose_kind (struct run *r)
 {
   const struct backup_options *o = r->o;
-  json_t *full = latest_full (r->runs);
+  json_t *full = latest_full (r->runs), *damaged = damaged_run (r->runs, full);
   bool chain_encrypted = full &&
     json_is_true (json_object_get (full, "encrypted"));
+  bool encrypt;
 
   r->kind = !r->last || o->full ? RUN_FULL
           : o->diff ? RUN_DIFFERENTIAL : RUN_INCREMENTAL;
@@ -256,16 +254,26 @@ run_choose_kind (struct run *r)
                   r->dir_path);
     return EXIT_USAGE;
   }
-  if ((r->kind == RUN_FULL && o->encrypt) ||
-      (r->kind != RUN_FULL && chain_encrypted)) {
+  /* A run over damaged images would reference the damage: a verify
+   * found it, so this run stores the whole disk again (a full, of the
+   * chain's encryption).
+   */
+  if (r->kind != RUN_FULL && damaged) {
+    backup_info ("run %" PRIu64 " failed verify (%s): this run is a full "
+                 "backup, so that it references none of the damaged images",
+                 json_u64 (damaged, "seq"), json_str (damaged,
+                                                      "verify_failed"));
+    r->kind = RUN_FULL;
+    r->forced_full = true;
+  }
+  encrypt = r->kind == RUN_FULL ? o->encrypt || (r->forced_full &&
+                                                 chain_encrypted)
+                                : chain_encrypted;
+  if (encrypt) {
     if (o->key_file == NULL) {
       backup_error ("%s: give the key with --key-file FILE",
-                    r->kind == RUN_FULL ? "--encrypt"
+                    r->kind == RUN_FULL && !r->forced_full ? "--encrypt"
                     : "the chain is encrypted");
-      return EXIT_USAGE;
-    }
-    if (access (o->key_file, R_OK) == -1) {
-      backup_error ("--key-file %s: %m", o->key_file);
       return EXIT_USAGE;
     }
     r->access.key_file = o->key_file;
@@ -276,6 +284,31 @@ run_choose_kind (struct run *r)
   else if (r->kind == RUN_DIFFERENTIAL)
     r->base = full;
   return 0;
+}
+
+/* With --cow-dir: this chain's stores that no snapshot uses any more
+ * (every snapshot of the chain is dropped by now), such as the store of
+ * a run's snapshot that the server dropped when it restarted after a
+ * crash (a temporary snapshot's store is the tool's to remove).
+ */
+static void
+remove_cow_leftovers (struct run *r)
+{
+  DIR *dir;
+  struct dirent *ent;
+  size_t len;
+
+  if (r->o->cow_dir == NULL || (dir = opendir (r->cow_dir)) == NULL)
+    return;
+  while ((ent = readdir (dir)) != NULL) {
+    len = strlen (ent->d_name);
+    if (strncmp (ent->d_name, r->prefix, strlen (r->prefix)) == 0 &&
+        len > 4 && strcmp (ent->d_name + len - 4, ".cow") == 0 &&
+        unlinkat (dirfd (dir), ent->d_name, 0) == 0)
+      backup_info ("removed %s/%s, the store of an interrupted run's "
+                   "snapshot", r->cow_dir, ent->d_name);
+  }
+  closedir (dir);
 }
 
 /* 3. The server: reachable, the origin's size, snapshots left by
@@ -304,16 +337,11 @@ run_inspect_server (struct run *r)
     }
   }
   json_decref (reply);
+  remove_cow_leftovers (r);
   if (r->size == 0) {
     backup_error ("the server reports an empty origin: nothing to back up");
     return -1;
   }
-  /* Checkpoints of this chain other than the ones the manifest needs
-   * are leftovers; they are dropped once this run is recorded (keeping
-   * them until then keeps "changed since" exact whatever happens).
-   */
-  r->stale_ckpts = server_names (r->o, CONTROL_CHECKPOINT_LIST, "checkpoints",
-                                 r->prefix);
   return 0;
 }
 
@@ -352,14 +380,21 @@ run_start_sums (struct run *r)
   }
   /* The new image goes over the base run's chain: it must be the one
    * the manifest records (qemu-nbd reads it to fill what is not copied).
+   * A wrong key must fail now, before a snapshot and an image exist.
    */
   {
     char **chain = NULL;
+    int s = EXIT_OK;
     r->base_depth = chain_check (r->d.fd, r->dir_path, r->manifest, r->base,
                                  &chain);
-    chain_free (chain);
     if (r->base_depth < 0)
-      return EXIT_FAILED;
+      s = EXIT_FAILED;
+    else if (r->access.key_file &&
+             image_key_check (r->dir_path, chain[0], &r->access) == -1)
+      s = EXIT_USAGE;
+    chain_free (chain);
+    if (s != EXIT_OK)
+      return s;
   }
   return 0;
 }
@@ -374,7 +409,8 @@ run_take_snapshot (struct run *r)
   json_t *req, *reply;
   char err[512];
 
-  r->src[0] = connect_server (r->o->session->data_uri, r->kind == RUN_FULL);
+  r->src[0] = connect_server (r->o->session->data_uri,
+                             r->o->session->data_what, r->kind == RUN_FULL);
   if (r->src[0] == NULL)
     return EXIT_UNREACHABLE;
   r->nsrc = 1;
@@ -393,6 +429,11 @@ run_take_snapshot (struct run *r)
   control_request_set_string (req, "name", r->name);
   control_request_set_string (req, "checkpoint", r->name);
   control_request_set_string (req, "checkpoint_owner", r->o->session->owner);
+  /* The snapshot serves this run only: should the server die during
+   * it, it is dropped at the server's next start rather than kept
+   * copying out every first write until this chain's next run.
+   */
+  control_request_set (req, "temporary", json_true ());
   if (r->o->cow_dir) {
     char cow_path[PATH_MAX + 128];
     snprintf (cow_path, sizeof cow_path, "%s/%s.cow", r->cow_dir, r->name);
@@ -421,7 +462,7 @@ run_find_ranges (struct run *r)
   char err[512];
   size_t i;
 
-  if (open_export (r->src[0], r->o->session->data_uri, r->name) == -1)
+  if (open_export (r->src[0], r->o->session->data_what, r->name) == -1)
     return EXIT_FAILED;
   if ((uint64_t) nbd_get_size (r->src[0]) != r->size) {
     backup_error ("export %s: %" PRId64 " bytes, the origin %" PRIu64,
@@ -436,6 +477,12 @@ run_find_ranges (struct run *r)
   control_request_set_string (req, "name", r->name);
   reply = control_call (r->o, req, err, sizeof err);
   json_decref (req);
+  if (reply == NULL && control_failure_status (r->o) != EXIT_FAILED) {
+    /* No reply: the server went away, it did not refuse. */
+    backup_error ("asking the server what changed since checkpoint %s: %s",
+                  r->since, err);
+    return control_failure_status (r->o);
+  }
   if (reply == NULL) {
     backup_error ("%s %s backup since checkpoint %s is impossible: %s; run "
                   "with --full", kind_article (r->kind), kind_name (r->kind),
@@ -547,7 +594,8 @@ run_copy (struct run *r)
   /* More connections when the server says they see the same data. */
   if (nbd_can_multi_conn (r->src[0]) == 1)
     while (r->nsrc < MAX_SOURCES) {
-      r->src[r->nsrc] = connect_export (r->o->session->data_uri, r->name);
+      r->src[r->nsrc] = connect_export (r->o->session->data_uri,
+                                         r->o->session->data_what, r->name);
       if (r->src[r->nsrc] == NULL)
         break;
       r->nsrc++;
@@ -710,6 +758,8 @@ run_record (struct run *r)
                                                               "seq")));
   if (r->access.key_file)
     json_object_set_new (run, "encrypted", json_true ());
+  if (r->forced_full)
+    json_object_set_new (run, "full_because", json_string ("verify_failed"));
   if (r->access.compress && !r->empty)
     json_object_set_new (run, "compression", json_string (r->access.compress));
   json_array_append_new (r->runs, run);
@@ -730,47 +780,31 @@ run_record (struct run *r)
   return 0;
 }
 
-/* The checkpoint to keep for differentials: once a run after the
- * latest full is a differential, the full's (the next --diff starts
- * there) until the next full; NULL otherwise.
+/* The checkpoint to keep for differentials: the latest full's (a
+ * --diff starts there), kept beside the last run's for as long as that
+ * full is the chain's latest, so that --diff works after any run, not
+ * only right after the full (the cost: a second bitmap on the server).
+ * NULL when the chain has no full.
  */
 const char *
 diff_checkpoint_to_keep (json_t *runs)
 {
-  json_t *full = latest_full (runs), *v;
-  bool after = false;
-  size_t i;
+  json_t *full = latest_full (runs);
 
-  if (full == NULL)
-    return NULL;
-  json_array_foreach (runs, i, v) {
-    if (v == full)
-      after = true;
-    else if (after && json_str (v, "type") &&
-             strcmp (json_str (v, "type"), "differential") == 0)
-      return diff_checkpoint (full);
-  }
-  return NULL;
+  return full ? diff_checkpoint (full) : NULL;
 }
 
 /* 9. Checkpoints no run needs any more: all of this chain's but this
- * run's, and the one a next differential starts from.
+ * run's and the latest full's (a next --diff starts there), including
+ * leftovers of interrupted runs (kept until now, so that "changed
+ * since" stays exact whatever happens); and those of chains whose
+ * directory was deleted (or holds another chain now), so that they do
+ * not pile up on the server until someone runs prune -S.
  */
 static void
 run_drop_old_checkpoints (struct run *r)
 {
-  const char *keep = diff_checkpoint_to_keep (r->runs);
-  const char *prev = r->last ? json_str (r->last, "checkpoint") : NULL;
-  json_t *v;
-  size_t i;
-
-  if (prev && (!keep || strcmp (keep, prev) != 0))
-    drop_checkpoint (r->o, prev);
-  json_array_foreach (r->stale_ckpts, i, v) {
-    const char *n = json_string_value (v);
-    if ((!prev || strcmp (n, prev) != 0) && (!keep || strcmp (n, keep) != 0))
-      drop_checkpoint (r->o, n);
-  }
+  json_decref (drop_unneeded_checkpoints (r->o, r->manifest, false));
 }
 
 /* A run that is not recorded leaves the server and the directory as it
@@ -807,12 +841,24 @@ run_cleanup (struct run *r, bool ok)
   }
   free (r->ranges);
   free (r->sums);
-  json_decref (r->stale_ckpts);
   json_decref (r->manifest);
   if (r->d.fd >= 0)
     close (r->d.fd);
   if (r->d.lock_fd >= 0)
     close (r->d.lock_fd);
+}
+
+/* Did the copy fail because the server went away (a connection to it
+ * is dead), rather than because of what it or the image said?
+ */
+static bool
+run_lost_server (struct run *r)
+{
+  for (size_t i = 0; i < r->nsrc; ++i)
+    if (r->src[i] && (nbd_aio_is_dead (r->src[i]) ||
+                      nbd_aio_is_closed (r->src[i])))
+      return true;
+  return false;
 }
 
 /* --cow-dir: the server runs in "/", so an absolute path; created
@@ -874,6 +920,11 @@ cmd_backup (const struct backup_options *o, const char *dir_path)
   backup_report_run (json_array_get (r.runs, json_array_size (r.runs) - 1),
                      dir_path, tool_now () - r.t0);
  out:
+  /* A run that failed because the server went away says so (4), as a
+   * run that could not reach it at all does.
+   */
+  if (status == EXIT_FAILED && run_lost_server (&r))
+    status = EXIT_UNREACHABLE;
   run_cleanup (&r, status == EXIT_OK);
   return status;
 }

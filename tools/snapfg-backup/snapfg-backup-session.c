@@ -222,7 +222,10 @@ open_remote (struct backup_options *o, struct backup_session *s)
     ARG (port);
   }
   if (remote) {
-    if (asprintf (&forward, "%s:%s", local, remote) == -1)
+    if (asprintf (&forward, "%s:%s", local, remote) == -1 ||
+        asprintf (&s->data_what, "%s %s on %s (forwarded by ssh from %s)",
+                  remote[0] == '/' ? "the NBD socket" : "the NBD server",
+                  remote, o->host, local) == -1)
       goto oom;
     ARG ("-L");
     ARG (forward);
@@ -277,12 +280,18 @@ session_open (struct backup_options *o, const char *dir_path)
     backup_error ("%s", s->ctl.error);
     status = EXIT_UNREACHABLE;
   }
-  else if (o->uri && (s->data_uri = strdup (o->uri)) == NULL) {
+  else if (o->uri && ((s->data_uri = strdup (o->uri)) == NULL ||
+                      (s->data_what = strdup (o->uri)) == NULL)) {
     backup_error ("out of memory");
     status = EXIT_FAILED;
   }
   else
     status = EXIT_OK;
+  if (status == EXIT_OK && s->data_uri && s->data_what == NULL &&
+      (s->data_what = strdup (s->data_uri)) == NULL) {
+    backup_error ("out of memory");
+    status = EXIT_FAILED;
+  }
   if (status != EXIT_OK)
     return status;
 
@@ -317,6 +326,7 @@ session_close (struct backup_options *o)
   }
   free (s->tmpdir);
   free (s->data_uri);
+  free (s->data_what);
   free (s->owner);
   free (s);
   o->session = NULL;

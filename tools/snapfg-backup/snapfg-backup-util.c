@@ -15,22 +15,72 @@
 #include <inttypes.h>
 #include <unistd.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "snapfg-backup.h"
+#include "full-io.h"
+
+/* The program's messages, read back from FD (its stderr): the line
+ * that says the disk is full if there is one (qemu-img may say more
+ * after it, such as failing to remove what it made), else the last line
+ * that is not a warning; in OUT.
+ */
+static void
+last_message (int fd, char *out, size_t len)
+{
+  char buf[8192], *line, *save = NULL;
+  bool full = false;
+  ssize_t n;
+
+  out[0] = '\0';
+  n = pread (fd, buf, sizeof buf - 1, 0);
+  if (n <= 0)
+    return;
+  buf[n] = '\0';
+  for (line = strtok_r (buf, "\n", &save); line && !full;
+       line = strtok_r (NULL, "\n", &save)) {
+    full = strcasestr (line, "No space left on device") != NULL;
+    if (full || strstr (line, "warning:") == NULL)
+      snprintf (out, len, "%s", line);
+  }
+}
+
+/* Copy what the program printed on its stderr (F) to ours, as it was. */
+static void
+pass_messages (int fd)
+{
+  char buf[4096];
+  ssize_t n;
+  off_t off = 0;
+
+  while ((n = pread (fd, buf, sizeof buf, off)) > 0) {
+    if (full_write (2, buf, n) == -1)
+      break;
+    off += n;
+  }
+}
 
 int
-run_command (const char *dir, char *const argv[])
+run_command (const char *dir, char *const argv[], const char *what)
 {
   pid_t pid, parent = getpid ();
-  int st;
+  int st, err_fd;
   bool stopped = false;
+  char msg[1024];
 
+  /* Its stderr is kept (not a pipe: nothing to drain while it runs), so
+   * that a failure is reported with its reason and the file it was
+   * about, not only "exit status 1".
+   */
+  err_fd = memfd_create ("snapfg-backup-stderr", MFD_CLOEXEC);
   fflush (stderr);
   pid = fork ();
   if (pid == -1) {
     backup_error ("fork: %m");
+    if (err_fd >= 0)
+      close (err_fd);
     return -1;
   }
   if (pid == 0) {
@@ -47,13 +97,14 @@ run_command (const char *dir, char *const argv[])
       dup2 (fd, 1);
       close (fd);
     }
+    if (err_fd >= 0)
+      dup2 (err_fd, 2);
     if (dir && chdir (dir) == -1) {
       fprintf (stderr, "snapfg-backup: %s: %m\n", dir);
       _exit (127);
     }
     execvp (argv[0], argv);
-    fprintf (stderr, "snapfg-backup: cannot run %s: %m (install qemu-utils)\n",
-             argv[0]);
+    fprintf (stderr, "cannot run %s: %m (install qemu-utils)\n", argv[0]);
     _exit (127);
   }
   setpgid (pid, pid);           /* as the child does: whoever runs first */
@@ -61,6 +112,8 @@ run_command (const char *dir, char *const argv[])
     if (errno != EINTR) {
       backup_error ("waitpid: %m");
       kill (-pid, SIGKILL);
+      if (err_fd >= 0)
+        close (err_fd);
       return -1;
     }
     if (backup_interrupted && !stopped) {
@@ -68,13 +121,27 @@ run_command (const char *dir, char *const argv[])
       stopped = true;
     }
   }
-  if (!WIFEXITED (st) || WEXITSTATUS (st) != 0) {
-    backup_error ("%s failed (%s %d)", argv[0],
-                  WIFEXITED (st) ? "exit status" : "signal",
-                  WIFEXITED (st) ? WEXITSTATUS (st) : WTERMSIG (st));
-    return -1;
+  if (WIFEXITED (st) && WEXITSTATUS (st) == 0) {
+    if (err_fd >= 0) {
+      pass_messages (err_fd);
+      close (err_fd);
+    }
+    return 0;
   }
-  return 0;
+  msg[0] = '\0';
+  if (err_fd >= 0) {
+    last_message (err_fd, msg, sizeof msg);
+    close (err_fd);
+  }
+  if (strcasestr (msg, "No space left on device"))
+    backup_error ("%s: no space left on device (%s failed: %s); free some "
+                  "space there and run again", what, argv[0], msg);
+  else
+    backup_error ("%s: %s failed (%s %d)%s%s", what, argv[0],
+                  WIFEXITED (st) ? "exit status" : "signal",
+                  WIFEXITED (st) ? WEXITSTATUS (st) : WTERMSIG (st),
+                  msg[0] ? ": " : "", msg);
+  return -1;
 }
 
 void

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <fcntl.h>
 #include <time.h>
+#include <limits.h>
 #include <unistd.h>
 #include <sys/stat.h>
 
@@ -99,7 +100,7 @@ verify_run (const struct backup_options *o, struct backup_dir *d,
   struct image_access a;
   struct nbd_handle *h;
   unsigned char *expected;
-  char err[1024], **chain = NULL, label[64];
+  char err[1024], **chain = NULL, label[PATH_MAX + 1024];
   int depth, r;
 
   if (json_is_true (json_object_get (run, "pruning"))) {
@@ -118,13 +119,28 @@ verify_run (const struct backup_options *o, struct backup_dir *d,
     return -1;
   }
   h = image_open (d->path, chain[0], depth, &a, true);
+  /* The message names the files: the run's image and those under it. */
+  snprintf (label, sizeof label, "run %" PRIu64 "'s image chain (%s/%s",
+            json_u64 (run, "seq"), d->path, chain[0]);
+  for (int i = 1; i < depth; ++i)
+    snprintf (label + strlen (label), sizeof label - strlen (label),
+              "%s%s", i == 1 ? " over " : ", ", chain[i]);
+  snprintf (label + strlen (label), sizeof label - strlen (label), ")");
   chain_free (chain);
-  snprintf (label, sizeof label, "run %" PRIu64 "'s images",
-            json_u64 (run, "seq"));
   r = h ? verify_disk (h, run, expected, "verify", label) : -1;
   disconnect (h);
   free (expected);
   return r;
+}
+
+/* Is RUN (index I of RUNS) one that verify checks? */
+static bool
+verify_selected (const struct backup_options *o, json_t *runs, size_t i,
+                 json_t *run)
+{
+  return o->all ? true
+    : o->at > 0 ? json_u64 (run, "seq") == (uint64_t) o->at
+    : i + 1 == json_array_size (runs);
 }
 
 int
@@ -156,24 +172,42 @@ cmd_verify (const struct backup_options *o, const char *dir_path)
     backup_error ("%s: the manifest records no run yet", dir_path), failed++;
   else if (o->at > 0 && manifest_run (manifest, o->at) == NULL)
     backup_error ("%s: no run %ld", dir_path, o->at), failed++;
+  /* A key missing for any run to verify is a usage error, before
+   * any is read (the same status as from every other command).
+   */
+  json_array_foreach (runs, i, run)
+    if (verify_selected (o, runs, i, run) &&
+        key_status (o, run) != EXIT_OK) {
+      json_decref (out);
+      json_decref (manifest);
+      close (d.fd);
+      close (d.lock_fd);
+      return EXIT_USAGE;
+    }
   iso_now (when);
   json_array_foreach (runs, i, run) {
     bool ok;
-    if (o->all ? false
-        : o->at > 0 ? json_u64 (run, "seq") != (uint64_t) o->at
-        : i + 1 != json_array_size (runs))
+    if (!verify_selected (o, runs, i, run))
       continue;
     ok = verify_run (o, &d, manifest, run) == 0;
     checked++;
+    /* Both results are recorded: a failed one makes the next backup a
+     * full (it must not reference the damaged images), and list shows
+     * it.
+     */
+    recorded = true;
     if (ok) {
       json_object_set_new (run, "verified", json_string (when));
-      recorded = true;
+      json_object_del (run, "verify_failed");
       if (!o->json)
         backup_info ("run %" PRIu64 ": verified (%s)", json_u64 (run, "seq"),
                      run_image (run));
     }
-    else
+    else {
+      json_object_set_new (run, "verify_failed", json_string (when));
+      json_object_del (run, "verified");
       failed++;
+    }
     json_array_append_new (out, json_pack ("{s:I, s:b}", "seq",
                                            (json_int_t) json_u64 (run, "seq"),
                                            "verified", ok));
@@ -232,7 +266,7 @@ cmd_list (const struct backup_options *o, const char *dir_path)
     if (o->json)
       json_array_append_new (out, json_pack (
         "{s:I, s:s, s:s?, s:I, s:I, s:s?, s:I, s:b, s:s?, s:b, s:b, s:b,"
-        " s:s?}",
+        " s:s?, s:s?}",
         "seq", (json_int_t) json_u64 (run, "seq"),
         "type", json_str (run, "type") ? json_str (run, "type") : "?",
         "started", json_str (run, "time"),
@@ -245,14 +279,16 @@ cmd_list (const struct backup_options *o, const char *dir_path)
         "compressed", json_str (run, "compression") != NULL,
         "encrypted", json_is_true (json_object_get (run, "encrypted")),
         "verified", verified != NULL,
-        "verified_at", verified));
+        "verified_at", verified,
+        "verify_failed", json_str (run, "verify_failed")));
     else
       printf ("%-5" PRIu64 " %-12s %-20s %8" PRIu64 "s %14" PRIu64
               " %14" PRId64 " %-10s %s\n", json_u64 (run, "seq"),
               empty ? "empty" : json_str (run, "type") ? json_str (run, "type")
               : "?", json_str (run, "time") ? json_str (run, "time") : "?",
               duration, json_u64 (run, "bytes_copied"), (int64_t) image_size,
-              verified ? "yes" : "no",
+              verified ? "yes" : json_str (run, "verify_failed") ? "FAILED"
+              : "no",
               json_str (run, "checkpoint") ? json_str (run, "checkpoint")
               : "-");
   }

@@ -104,9 +104,12 @@ extern int cmd_prune (const struct backup_options *o, const char *dir_path);
 
 
 /* Run ARGV (no shell) with stdout to /dev/null; in DIR if not NULL.
- * 0, or -1 after a message.
+ * 0, or -1 after a message that names WHAT (the file or directory it
+ * works on) and gives the program's own last message (out of space
+ * said as such).
  */
-extern int run_command (const char *dir, char *const argv[]);
+extern int run_command (const char *dir, char *const argv[],
+                        const char *what);
 
 /* The line that ends a run (what it copied, how long it took, the rate)
  * and with --json its object on stdout.
@@ -164,11 +167,23 @@ extern int check_new_dir (struct backup_dir *d);
  */
 extern int clean_leftovers (struct backup_dir *d, json_t *last);
 
+/* The checkpoints on the server that no run needs, dropped: this
+ * chain's but the last run's and the latest full's, and those of other
+ * chains whose directory (their owner, on this host) is gone or holds
+ * another chain now.  Returns the names dropped (a JSON array); says
+ * each one unless --json (this chain's own only with TELL_OWN).
+ */
+extern json_t *drop_unneeded_checkpoints (const struct backup_options *o,
+                                          json_t *manifest, bool tell_own);
+
 /* --- the session with the server (snapfg-backup-session.c) --- */
 
 struct backup_session {
   struct control_client ctl;
   char *data_uri;               /* the NBD URI to connect to from here */
+  char *data_what;              /* the NBD server in messages: -u's URI,
+                                   or with -H the socket or address on
+                                   HOST that ssh forwards to */
   char *tmpdir;                 /* -H: the forwarded socket's directory */
   char *owner;                  /* "HOST:DIR", the checkpoints' owner */
 };
@@ -202,12 +217,15 @@ struct copy_range {
 struct nbd_handle;
 /* Connect to the server named by URI and stop in option mode, before an
  * export is chosen; open_export then finishes negotiating EXPORT.
- * connect_export does both.  All print a message when they fail.
+ * connect_export does both.  All print a message when they fail, naming
+ * the server as WHAT says (NULL: the URI).
  */
-extern struct nbd_handle *connect_server (const char *uri, bool want_extents);
-extern int open_export (struct nbd_handle *h, const char *uri,
+extern struct nbd_handle *connect_server (const char *uri, const char *what,
+                                          bool want_extents);
+extern int open_export (struct nbd_handle *h, const char *what,
                         const char *export);
-extern struct nbd_handle *connect_export (const char *uri, const char *export);
+extern struct nbd_handle *connect_export (const char *uri, const char *what,
+                                          const char *export);
 /* Close H (NULL is fine), however far it got. */
 extern void disconnect (struct nbd_handle *h);
 /* A local image through qemu-nbd, started by socket activation. */
@@ -263,6 +281,15 @@ struct copy_job {
   unsigned slots;               /* requests in flight (0: the default) */
   uint64_t piece;               /* bytes per request (0: the default) */
   uint64_t stop_after;          /* test hook: stop after this many bytes */
+  /* Or, with neither dst nor direct, each piece once hashed goes to
+   * sink, in a pool thread (a repository's chunks: several at once):
+   * 0 and *stored what it wrote, or an errno after a message.
+   */
+  int (*sink) (struct copy_job *job, uint64_t offset, const char *buf,
+               uint64_t len, const bool *zero, size_t nblocks,
+               uint64_t *stored);
+  void *sink_opaque;
+  unsigned threads;             /* the pool's threads (0: the default) */
 
   /* Results. */
   uint64_t bytes_read, bytes_written, bytes_zeroed;
@@ -400,6 +427,20 @@ extern int sums_compare (const unsigned char *got,
  */
 extern int run_access (const struct backup_options *o, json_t *run,
                        struct image_access *a);
+/* Does A's key open DIR/NAME (an image of an encrypted chain)?  0, or
+ * -1 after a message: checked before a run takes its snapshot.
+ */
+extern int image_key_check (const char *dir, const char *name,
+                            const struct image_access *a);
+/* --key-file F as main checks it for every command: F can be opened
+ * and is a regular file (0), or -1 after a message; a key that others
+ * may read is used, with a warning.
+ */
+extern int key_file_check (const char *path);
+/* A run that is encrypted needs --key-file: EXIT_OK, or EXIT_USAGE
+ * after a message (the same status from every command).
+ */
+extern int key_status (const struct backup_options *o, json_t *run);
 /* The checkpoint a next --diff starts from, kept on the server while
  * the chain has differentials after its latest full (NULL: none).
  */

@@ -66,15 +66,15 @@ parse_size (const char *what, const char *str, uint64_t *out)
   if (*end != '\0' || v > ((uint64_t) INT64_MAX >> shift))
     goto bad;
   if (v == 0) {
-    fprintf (stderr, "snapfgctl: %s: must be greater than zero: %s\n",
-             what, str);
+    tool_error ("%s: must be greater than zero: %s",
+                what, str);
     return -1;
   }
   *out = (uint64_t) v << shift;
   return 0;
  bad:
-  fprintf (stderr, "snapfgctl: %s: not a valid size: %s (a number with "
-           "an optional suffix b, s, k, m, g, t, p or e)\n", what, str);
+  tool_error ("%s: not a valid size: %s (a number with "
+              "an optional suffix b, s, k, m, g, t, p or e)", what, str);
   return -1;
 }
 
@@ -107,7 +107,7 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
   longopts = calloc (nglobal + control_nargs + 1, sizeof *longopts);
   cl->words = calloc (argc + 1, sizeof *cl->words);
   if (cl->opts == NULL || longopts == NULL || cl->words == NULL) {
-    fprintf (stderr, "snapfgctl: out of memory\n");
+    tool_error ("out of memory");
     return -1;
   }
   memcpy (longopts, global, sizeof global);
@@ -146,15 +146,15 @@ parse_cmdline (int argc, char *argv[], struct cmdline *cl)
     case OPT_DROP_ON_HANGUP: cl->drop_on_hangup = true; break;
     case OPT_PROGRESS:
       if (tool_parse_progress (optarg, &tool_out.progress) == -1) {
-        fprintf (stderr, "snapfgctl: --progress=%s: auto, always or never\n",
-                 optarg);
+        tool_error ("--progress=%s: auto, always or never",
+                    optarg);
         return -1;
       }
       break;
     case OPT_TIMEOUT:
       if (tool_parse_timeout (optarg, 0, &cl->timeout) == -1) {
-        fprintf (stderr, "snapfgctl: --timeout: not a number of seconds "
-                 "(0 for none, at most %d): %s\n", TOOL_MAX_TIMEOUT, optarg);
+        tool_error ("--timeout: not a number of seconds "
+                    "(0 for none, at most %d): %s", TOOL_MAX_TIMEOUT, optarg);
         return -1;
       }
       break;
@@ -191,7 +191,7 @@ absolute_path (const char *path)
   if (path[0] == '/' || device_is_uri (path))
     return strdup (path);
   if (getcwd (cwd, sizeof cwd) == NULL) {
-    fprintf (stderr, "snapfgctl: getcwd: %m\n");
+    tool_error ("getcwd: %m");
     return NULL;
   }
   if (asprintf (&abs, "%s/%s", cwd, path) == -1)
@@ -236,8 +236,8 @@ add_arg (json_t *req, const struct control_command *c,
     break;
   }
   if (v == NULL) {
-    fprintf (stderr, "snapfgctl: %s: not valid UTF-8: the protocol (and NBD "
-             "export names) need UTF-8\n", what);
+    tool_error ("%s: not valid UTF-8: the protocol (and NBD "
+                "export names) need UTF-8", what);
     return -1;
   }
   json_object_set_new (req, a->key, v);
@@ -265,13 +265,13 @@ build_request (const struct cmdline *cl, const struct control_command *c)
           strcmp (control_args[j].option, cl->opts[i].name) == 0)
         a = &control_args[j];
     if (a == NULL) {
-      fprintf (stderr, "snapfgctl: %s does not take --%s (see snapfgctl %s "
-               "--help)\n", cli_name (c), cl->opts[i].name, cli_name (c));
+      tool_error ("%s does not take --%s (see snapfgctl %s "
+                  "--help)", cli_name (c), cl->opts[i].name, cli_name (c));
       goto usage;
     }
   }
   if (cl->exceptions) {
-    fprintf (stderr, "snapfgctl: --exceptions is an option of inspect\n");
+    tool_error ("--exceptions is an option of inspect");
     goto usage;
   }
 
@@ -288,11 +288,11 @@ build_request (const struct cmdline *cl, const struct control_command *c)
     if (value == NULL) {
       if (a->flags & CONTROL_ARG_REQUIRED) {
         if (a->option)
-          fprintf (stderr, "snapfgctl: %s needs --%s %s\n", cli_name (c),
-                   a->option, a->metavar);
+          tool_error ("%s needs --%s %s", cli_name (c),
+                      a->option, a->metavar);
         else
-          fprintf (stderr, "snapfgctl: %s needs %s\n", cli_name (c),
-                   a->metavar);
+          tool_error ("%s needs %s", cli_name (c),
+                      a->metavar);
         goto usage;
       }
       continue;
@@ -303,8 +303,8 @@ build_request (const struct cmdline *cl, const struct control_command *c)
       goto usage;
   }
   if (word < cl->nwords) {
-    fprintf (stderr, "snapfgctl: %s: unexpected argument '%s'\n",
-             cli_name (c), cl->words[word]);
+    tool_error ("%s: unexpected argument '%s'",
+                cli_name (c), cl->words[word]);
     goto usage;
   }
   return req;

@@ -143,17 +143,17 @@ snapfgctl_inspect (const char *path, bool exceptions, bool json_output)
 
   r = device_open (&dev, path, true);
   if (r == -EINVAL) {
-    fprintf (stderr, "snapfgctl: %s: not a regular file or block device\n",
-             path);
+    tool_error ("%s: not a regular file or block device",
+                path);
     return EXIT_REFUSED;
   }
   if (r < 0) {
-    fprintf (stderr, "snapfgctl: %s: %s\n", path, strerror (-r));
+    tool_error ("%s: %s", path, strerror (-r));
     return EXIT_REFUSED;
   }
   r = dm_read_header (&dev, &h, &kind, why, sizeof why);
   if (r < 0) {
-    fprintf (stderr, "snapfgctl: %s: %s\n", path, why);
+    tool_error ("%s: %s", path, why);
     device_close (&dev);
     return EXIT_REFUSED;
   }
@@ -161,8 +161,8 @@ snapfgctl_inspect (const char *path, bool exceptions, bool json_output)
     out = json_pack ("{sssIsb}", "path", path, "size", (json_int_t) dev.size,
                      "empty", kind == DM_HEADER_EMPTY);
     if (out == NULL) {
-      fprintf (stderr, "snapfgctl: %s: out of memory (or the path is not "
-               "UTF-8)\n", path);
+      tool_error ("%s: out of memory (or the path is not "
+                  "UTF-8)", path);
       device_close (&dev);
       return EXIT_REFUSED;
     }
@@ -214,7 +214,7 @@ snapfgctl_inspect (const char *path, bool exceptions, bool json_output)
   }
 
   if (exception_table_init (&is.seen, 8) < 0) {
-    fprintf (stderr, "snapfgctl: out of memory\n");
+    tool_error ("out of memory");
     json_decref (out);
     device_close (&dev);
     return EXIT_REFUSED;
@@ -229,7 +229,7 @@ snapfgctl_inspect (const char *path, bool exceptions, bool json_output)
   device_close (&dev);
   if (r < 0) {
     fflush (stdout);
-    fprintf (stderr, "snapfgctl: %s: corrupt store: %s\n", path, why);
+    tool_error ("%s: corrupt store: %s", path, why);
     json_decref (is.pairs);
     json_decref (out);
     return EXIT_REFUSED;

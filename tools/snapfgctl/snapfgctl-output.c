@@ -142,7 +142,8 @@ print_human (const struct control_command *c, const struct cmdline *cl,
               "in %" PRIu64 " writes; %" PRIu64 " commit rounds, %" PRIu64
               " exceptions (%.1f per round, at most %" PRIu64 "); %" PRIu64
               " writers waiting for room (%" PRIu64 " waited); %" PRIu64
-              " origin writes failed after the acknowledgement\n",
+              " origin writes failed after the acknowledgement (%" PRIu64
+              " not yet reported to a client)\n",
               json_is_true (json_object_get (x, "writeback")) ? "on" : "off",
               get_u64 (x, "writeback_max_bytes"),
               get_u64 (x, "writeback_held_bytes"),
@@ -153,7 +154,8 @@ print_human (const struct control_command *c, const struct cmdline *cl,
               get_u64 (x, "writeback_max_round"),
               get_u64 (x, "writeback_waiting"),
               get_u64 (x, "writeback_room_waits"),
-              get_u64 (x, "writeback_origin_errors"));
+              get_u64 (x, "writeback_origin_errors"),
+              get_u64 (x, "writeback_errors_unseen"));
     }
     break;
   case CONTROL_CREATE:
@@ -173,6 +175,10 @@ print_human (const struct control_command *c, const struct cmdline *cl,
     if (option_value (cl, "wait") == NULL)
       printf ("merging snapshot %s into the origin (snapfgctl status shows "
               "the progress)\n", name);
+    break;
+  case CONTROL_FLUSH:
+    printf ("flushed: every write acknowledged so far is on the origin "
+            "and durable\n");
     break;
   case CONTROL_SET_BLOCK_SIZE:
     printf ("block size %" PRIu64 " for new connections\n",

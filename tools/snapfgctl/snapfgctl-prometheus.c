@@ -81,6 +81,9 @@ static const struct metric stats_metrics[] = {
   { "writeback_origin_errors_total", "counter",
     "Held origin writes that failed after the acknowledgement.",
     "writeback_origin_errors", 0 },
+  { "writeback_errors_unseen", "gauge",
+    "Held origin writes failed after the acknowledgement that no client's "
+    "flush or FUA request has reported yet.", "writeback_errors_unseen", 0 },
   { "request_latency_p50_seconds", "gauge",
     "Median request latency (recent requests).", "latency_p50_us", 1e-6 },
   { "request_latency_p99_seconds", "gauge",

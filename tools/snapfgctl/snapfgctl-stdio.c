@@ -84,12 +84,12 @@ drop_held (struct control_client *c, name_vector *held)
     control_request_set_string (req, "name", held->ptr[i]);
     reply = control_client_call (c, req, NULL);
     if (reply && json_is_true (json_object_get (reply, "ok")))
-      fprintf (stderr, "snapfgctl: --stdio: the client went away: dropped "
-               "snapshot %s\n", held->ptr[i]);
+      tool_error ("--stdio: the client went away: dropped "
+                  "snapshot %s", held->ptr[i]);
     else
-      fprintf (stderr, "snapfgctl: --stdio: the client went away; dropping "
-               "snapshot %s failed: %s\n", held->ptr[i],
-               reply ? control_reply_error (reply) : c->error);
+      tool_error ("--stdio: the client went away; dropping "
+                  "snapshot %s failed: %s", held->ptr[i],
+                  reply ? control_reply_error (reply) : c->error);
     json_decref (reply);
     json_decref (req);
   }
@@ -108,7 +108,7 @@ snapfgctl_stdio (const char *socket_path, int timeout, bool drop_on_hangup)
   signal (SIGPIPE, SIG_IGN);
   signal (SIGHUP, SIG_IGN);
   if (control_client_connect (&c, socket_path, timeout) == -1) {
-    fprintf (stderr, "snapfgctl: %s\n", c.error);
+    tool_error ("%s", c.error);
     return TOOL_EXIT_UNREACHABLE;
   }
 
@@ -122,7 +122,7 @@ snapfgctl_stdio (const char *socket_path, int timeout, bool drop_on_hangup)
     if (nl == NULL && !eof) {
       ssize_t n;
       if (char_vector_reserve (&in, 4096) < 0) {
-        fprintf (stderr, "snapfgctl: out of memory\n");
+        tool_error ("out of memory");
         status = TOOL_EXIT_FAILED;
         break;
       }
@@ -154,7 +154,7 @@ snapfgctl_stdio (const char *socket_path, int timeout, bool drop_on_hangup)
     }
     reply = control_client_call (&c, req, &line);
     if (reply == NULL) {
-      fprintf (stderr, "snapfgctl: --stdio: %s\n", c.error);
+      tool_error ("--stdio: %s", c.error);
       status = control_client_exit_status (&c);
       json_decref (req);
       break;

@@ -30,77 +30,65 @@
 /* The rest of snapfgctl: see snapfgctl.h for which file holds what. */
 
 /* merge --wait: poll status until the snapshot is gone (merged), with a
- * progress line on a terminal.
+ * progress report as --progress says (tools/common/tool-output.c).
  */
 static int
 wait_for_merge (struct control_client *cn, const char *name, bool quiet)
 {
-  /* --progress: auto (a line redrawn on a terminal), always (also
-   * whole lines every TOOL_PROGRESS_PERIOD seconds without one), never.
-   */
-  bool tty = !quiet && isatty (STDERR_FILENO) &&
-    tool_out.progress != TOOL_PROGRESS_NEVER;
-  bool lines = !tty && tool_out.progress == TOOL_PROGRESS_ALWAYS;
-  double last_line = -1e9;
-  json_t *req = control_request (CONTROL_STATUS);
-  int status = EXIT_UNREACHABLE;
+  json_t *req = control_request (CONTROL_STATUS), *reply = NULL, *sn;
+  struct tool_progress prog;
+  uint64_t done = 0, total = 0;
+  const char *state = "";
+  char what[300];
+  int status;
 
   if (req == NULL)
     return EXIT_REFUSED;
   control_request_set_string (req, "name", name);
+  snprintf (what, sizeof what, "merging %s", name);
+  if (!quiet)
+    tool_progress_start_count (&prog, what, "chunks");
   for (;;) {
-    json_t *reply = control_client_call (cn, req, NULL), *sn;
-    const char *state;
-
-    if (reply == NULL) {
-      if (tty)
-        fprintf (stderr, "\n");
-      fprintf (stderr, "snapfgctl: merge --wait: %s\n", cn->error);
-      status = control_client_exit_status (cn);
+    reply = control_client_call (cn, req, NULL);
+    if (reply == NULL)
       break;
-    }
     sn = json_array_get (json_object_get (reply, "snapshots"), 0);
     state = get_str (sn, "state");
     /* Gone from the list (status refuses the name), or the merge ended
      * between our request and the reply: the merge is done.
      */
-    if (!json_is_true (json_object_get (reply, "ok")) ||
-        strcmp (state, "merged") == 0) {
-      json_decref (reply);
-      if (tty)
-        fprintf (stderr, "\r\033[K");
-      if (!quiet)
-        printf ("merged snapshot %s into the origin\n", name);
-      status = EXIT_OK;
+    if (!json_is_true (json_object_get (reply, "ok")))
+      state = "merged";
+    if (strcmp (state, "merging") != 0)
       break;
-    }
-    if (strcmp (state, "merging") != 0) {
-      if (tty)
-        fprintf (stderr, "\n");
-      fprintf (stderr, "snapfgctl: merge of %s stopped: the snapshot is "
-               "%s (%s)\n", name, state, get_str (sn, "status"));
-      json_decref (reply);
-      status = EXIT_REFUSED;
-      break;
-    }
-    if (tty) {
-      uint64_t done = get_u64 (sn, "merge_done");
-      uint64_t total = get_u64 (sn, "merge_total");
-      fprintf (stderr, "\rmerging %s: %" PRIu64 " of %" PRIu64 " chunks "
-               "(%.0f%%)\033[K", name, done, total,
-               total ? 100.0 * done / total : 100.0);
-    }
-    else if (lines && tool_now () - last_line >= TOOL_PROGRESS_PERIOD) {
-      uint64_t done = get_u64 (sn, "merge_done");
-      uint64_t total = get_u64 (sn, "merge_total");
-      fprintf (stderr, "merging %s: %" PRIu64 " of %" PRIu64 " chunks "
-               "(%.0f%%)\n", name, done, total,
-               total ? 100.0 * done / total : 100.0);
-      last_line = tool_now ();
-    }
+    done = get_u64 (sn, "merge_done");
+    total = get_u64 (sn, "merge_total");
+    if (!quiet)
+      tool_progress_update (&prog, done, total);
     json_decref (reply);
     nanosleep (&(struct timespec) { .tv_nsec = 200 * 1000 * 1000 }, NULL);
   }
+  if (reply && strcmp (state, "merged") == 0)
+    done = total;
+  if (!quiet)
+    tool_progress_end (&prog, done, total);
+  if (reply == NULL) {
+    tool_error ("merge --wait: %s", cn->error);
+    status = control_client_exit_status (cn);
+  }
+  else if (strcmp (state, "merged") == 0) {
+    if (!quiet)
+      printf ("merged snapshot %s into the origin\n", name);
+    status = EXIT_OK;
+  }
+  else {
+    tool_error ("merge of %s stopped: the snapshot is %s (%s)", name, state,
+                get_str (json_array_get (json_object_get (reply,
+                                                          "snapshots"), 0),
+                         "status"));
+    status = EXIT_REFUSED;
+  }
+  json_decref (reply);
   json_decref (req);
   return status;
 }
@@ -119,14 +107,14 @@ run_command (const struct cmdline *cl, const struct control_command *c)
   if (req == NULL)
     return EXIT_USAGE;
   if (cl->socket_path == NULL) {
-    fprintf (stderr, "snapfgctl: %s: give the server's control socket with "
-             "-S SOCKET\n", cli_name (c));
+    tool_error ("%s: give the server's control socket with "
+                "-S SOCKET", cli_name (c));
     json_decref (req);
     return EXIT_USAGE;
   }
   if (prometheus && cl->json_output) {
-    fprintf (stderr, "snapfgctl: stats: --json and --prometheus exclude "
-             "each other\n");
+    tool_error ("stats: --json and --prometheus exclude "
+                "each other");
     json_decref (req);
     return EXIT_USAGE;
   }
@@ -149,7 +137,7 @@ run_command (const struct cmdline *cl, const struct control_command *c)
       puts (line);
       tool_out.result_printed = true;
     }
-    fprintf (stderr, "snapfgctl: %s\n", control_reply_error (reply));
+    tool_error ("%s", control_reply_error (reply));
     st = EXIT_REFUSED;
     goto out;
   }
@@ -179,7 +167,7 @@ run_command (const struct cmdline *cl, const struct control_command *c)
 
  out:
   if (fflush (stdout) == EOF && st == EXIT_OK) {
-    fprintf (stderr, "snapfgctl: writing the output: %m\n");
+    tool_error ("writing the output: %m");
     st = EXIT_REFUSED;
   }
   json_decref (status_reply);
@@ -208,15 +196,15 @@ dispatch (struct cmdline cl)
   }
   if (cl.stdio) {
     if (cl.nwords || cl.socket_path == NULL) {
-      fprintf (stderr, "snapfgctl: usage: snapfgctl --stdio "
-               "[--drop-on-hangup] [--timeout SECONDS] -S SOCKET (no "
-               "command: the requests come on standard input)\n");
+      tool_error ("usage: snapfgctl --stdio "
+                  "[--drop-on-hangup] [--timeout SECONDS] -S SOCKET (no "
+                  "command: the requests come on standard input)");
       return EXIT_USAGE;
     }
     return snapfgctl_stdio (cl.socket_path, cl.timeout, cl.drop_on_hangup);
   }
   if (cl.drop_on_hangup) {
-    fprintf (stderr, "snapfgctl: --drop-on-hangup is an option of --stdio\n");
+    tool_error ("--drop-on-hangup is an option of --stdio");
     return EXIT_USAGE;
   }
   if (cl.nwords == 0) {
@@ -249,8 +237,8 @@ dispatch (struct cmdline cl)
     }
     for (size_t i = 0; i < cl.nopts; ++i)
       if (cl.opts[i].value) {
-        fprintf (stderr, "snapfgctl: inspect does not take --%s\n",
-                 cl.opts[i].name);
+        tool_error ("inspect does not take --%s",
+                    cl.opts[i].name);
         return EXIT_USAGE;
       }
     if (cl.nwords != 2) {
@@ -263,8 +251,8 @@ dispatch (struct cmdline cl)
   }
   c = find_command (cl.words, cl.nwords, &used);
   if (c == NULL) {
-    fprintf (stderr, "snapfgctl: unknown command '%s' (see snapfgctl "
-             "help)\n", cmd);
+    tool_error ("unknown command '%s' (see snapfgctl "
+                "help)", cmd);
     return EXIT_USAGE;
   }
   /* The command's arguments follow its one or two words. */

@@ -27,6 +27,7 @@ struct control_command;
 
 #include "control-client.h"
 #include "tool-exit.h"
+#include "tool-output.h"
 
 /* Exit statuses: the table both tools share (tool-exit.h, documented
  * in snapfgctl(1) and snapfg-backup(1)).

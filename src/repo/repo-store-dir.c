@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfg repository: the directory back end.
+ *
+ * Each object is a file, its key the path under the repository's
+ * directory.  The file rules of design section 6 hold: nothing is ever
+ * written through a name that exists (every file is created exclusively,
+ * relative to the repository's directory descriptor, never following a
+ * link), and a put is durable when it returns: the new file is written
+ * under a temporary name, synced, then given its name and the directory
+ * synced.  With if_absent the name is given by link(2), which fails if
+ * the name exists (whatever it is): two writers that put the same key
+ * at once agree on one winner, and a crash never leaves a torn object
+ * under its name.  Temporary files are ".tmp.*", never listed; gc removes
+ * the ones a crash left.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <limits.h>
+#include <unistd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include "cleanup.h"
+#include "file-create.h"
+#include "full-io.h"
+#include "snapfg-error.h"
+#include "repo-store.h"
+#include "repo-store-key.h"
+
+#define TMP_PREFIX ".tmp."
+
+struct dir_store {
+  struct repo_store s;          /* first: the generic part */
+  int dirfd;
+};
+
+static int
+dir_fd (struct repo_store *s)
+{
+  return ((struct dir_store *) s)->dirfd;
+}
+
+static int
+bad_key (struct repo_store *s, const char *key)
+{
+  return snapfg_set_error (EINVAL, "%s: '%s' is not a valid object name",
+                           s->location, key ? key : "(null)");
+}
+
+static int
+io_error (struct repo_store *s, const char *key, const char *what, int err)
+{
+  return snapfg_set_error (err, "%s/%s: %s: %s", s->location, key, what,
+                           strerror (err));
+}
+
+/* fsync the directory at path (relative to the store; "" the store). */
+static int
+sync_dir_at (int dirfd, const char *path)
+{
+  int fd = openat (dirfd, *path ? path : ".",
+                   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int r = 0;
+
+  if (fd == -1)
+    return -errno;
+  if (fsync (fd) == -1)
+    r = -errno;
+  close (fd);
+  return r;
+}
+
+/* Make the directories of key (each 0700, synced into its parent). */
+static int
+make_parents (struct repo_store *s, const char *key)
+{
+  char path[PATH_MAX];
+  char *p;
+
+  if (snprintf (path, sizeof path, "%s", key) >= (int) sizeof path)
+    return bad_key (s, key);
+  for (p = strchr (path, '/'); p; p = strchr (p + 1, '/')) {
+    *p = '\0';
+    if (mkdirat (dir_fd (s), path, 0700) == 0) {
+      char *slash = strrchr (path, '/');
+      int r;
+      if (slash) {
+        *slash = '\0';
+        r = sync_dir_at (dir_fd (s), path);
+        *slash = '/';
+      }
+      else
+        r = sync_dir_at (dir_fd (s), "");
+      if (r < 0)
+        return io_error (s, path, "fsync of its directory", -r);
+    }
+    else if (errno != EEXIST)
+      return io_error (s, path, "mkdir", errno);
+    *p = '/';
+  }
+  return 0;
+}
+
+/* The directory part of key ("" for a top-level key) into dir. */
+static void
+parent_of (const char *key, char *dir, size_t len)
+{
+  const char *slash = strrchr (key, '/');
+  size_t n = slash ? (size_t) (slash - key) : 0;
+
+  if (n >= len)
+    n = len - 1;
+  memcpy (dir, key, n);
+  dir[n] = '\0';
+}
+
+static int
+dir_put (struct repo_store *s, const char *key, const void *buf, size_t len,
+         bool if_absent)
+{
+  char tmp[PATH_MAX + 32], parent[PATH_MAX];
+  unsigned char rnd[8];
+  int fd, r;
+
+  if (!repo_key_is_valid (key))
+    return bad_key (s, key);
+  if ((r = make_parents (s, key)) < 0)
+    return r;
+  parent_of (key, parent, sizeof parent);
+  if (getrandom (rnd, sizeof rnd, 0) != sizeof rnd)
+    return io_error (s, key, "getrandom", errno);
+  snprintf (tmp, sizeof tmp, "%s%s" TMP_PREFIX
+            "%02x%02x%02x%02x%02x%02x%02x%02x",
+            parent, *parent ? "/" : "", rnd[0], rnd[1], rnd[2], rnd[3],
+            rnd[4], rnd[5], rnd[6], rnd[7]);
+
+  /* create_in_dir wants one component: open the parent first. */
+  {
+    CLEANUP_CLOSE int pfd = openat (dir_fd (s), *parent ? parent : ".",
+                                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                    O_CLOEXEC);
+    const char *base = strrchr (tmp, '/') ? strrchr (tmp, '/') + 1 : tmp;
+    if (pfd == -1)
+      return io_error (s, parent, "open", errno);
+    fd = create_in_dir (pfd, base, O_WRONLY, 0600);
+  }
+  if (fd < 0)
+    return io_error (s, tmp, "create", -fd);
+  if (full_write (fd, buf, len) == -1 || fsync (fd) == -1) {
+    int e = errno;
+    close (fd);
+    unlinkat (dir_fd (s), tmp, 0);
+    return io_error (s, key, "write", e);
+  }
+  close (fd);
+
+  if (if_absent) {
+    r = linkat (dir_fd (s), tmp, dir_fd (s), key, 0) == -1 ? errno : 0;
+    unlinkat (dir_fd (s), tmp, 0);
+    if (r == EEXIST)
+      return -EEXIST;           /* not an error: the other writer won */
+  }
+  else
+    r = renameat (dir_fd (s), tmp, dir_fd (s), key) == -1 ? errno : 0;
+  if (r) {
+    unlinkat (dir_fd (s), tmp, 0);
+    return io_error (s, key, if_absent ? "link" : "rename", r);
+  }
+  if ((r = sync_dir_at (dir_fd (s), parent)) < 0)
+    return io_error (s, key, "fsync of its directory", -r);
+  return 0;
+}
+
+static int
+dir_get (struct repo_store *s, const char *key, void **bufp, size_t *lenp)
+{
+  CLEANUP_CLOSE int fd = -1;
+  struct stat st;
+  char *buf;
+
+  *bufp = NULL;
+  *lenp = 0;
+  if (!repo_key_is_valid (key))
+    return bad_key (s, key);
+  fd = openat (dir_fd (s), key, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd == -1) {
+    if (errno == ENOENT)
+      return snapfg_set_error (ENOENT, "%s/%s: no such object", s->location,
+                               key);
+    return io_error (s, key, "open", errno);
+  }
+  if (fstat (fd, &st) == -1)
+    return io_error (s, key, "fstat", errno);
+  if (!S_ISREG (st.st_mode))
+    return snapfg_set_error (EINVAL, "%s/%s: not a regular file: not an "
+                             "object of a repository", s->location, key);
+  buf = malloc (st.st_size ? st.st_size : 1);
+  if (buf == NULL)
+    return io_error (s, key, "malloc", ENOMEM);
+  if (full_read (fd, buf, st.st_size) == -1) {
+    int e = errno ? errno : EIO;
+    free (buf);
+    return io_error (s, key, "read (the object is shorter than its size; "
+                     "changed while read?)", e);
+  }
+  *bufp = buf;
+  *lenp = st.st_size;
+  return 0;
+}
+
+static int
+dir_head (struct repo_store *s, const char *key, struct repo_object_info *info)
+{
+  struct stat st;
+
+  if (!repo_key_is_valid (key))
+    return bad_key (s, key);
+  if (fstatat (dir_fd (s), key, &st, AT_SYMLINK_NOFOLLOW) == -1) {
+    if (errno == ENOENT)
+      return -ENOENT;
+    return io_error (s, key, "stat", errno);
+  }
+  if (!S_ISREG (st.st_mode))
+    return snapfg_set_error (EINVAL, "%s/%s: not a regular file",
+                             s->location, key);
+  info->key = key;
+  info->size = st.st_size;
+  info->mtime = st.st_mtim.tv_sec;
+  return 0;
+}
+
+static int
+dir_touch (struct repo_store *s, const char *key)
+{
+  if (!repo_key_is_valid (key))
+    return bad_key (s, key);
+  if (utimensat (dir_fd (s), key, NULL, AT_SYMLINK_NOFOLLOW) == -1) {
+    if (errno == ENOENT)
+      return -ENOENT;
+    return io_error (s, key, "touch", errno);
+  }
+  return 0;
+}
+
+static int
+dir_del (struct repo_store *s, const char *key)
+{
+  char parent[PATH_MAX];
+  int r;
+
+  if (!repo_key_is_valid (key))
+    return bad_key (s, key);
+  if (unlinkat (dir_fd (s), key, 0) == -1) {
+    if (errno == ENOENT)
+      return -ENOENT;
+    return io_error (s, key, "unlink", errno);
+  }
+  parent_of (key, parent, sizeof parent);
+  if ((r = sync_dir_at (dir_fd (s), parent)) < 0)
+    return io_error (s, key, "fsync of its directory", -r);
+  return 0;
+}
+
+/* Walk the directory path (relative to the store), reporting every
+ * regular file whose key starts with prefix.
+ */
+static int
+walk (struct repo_store *s, const char *path, const char *prefix,
+      repo_list_fn fn, void *opaque)
+{
+  int fd = openat (dir_fd (s), *path ? path : ".",
+                   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d;
+  struct dirent *e;
+  int r = 0;
+
+  if (fd == -1)
+    return errno == ENOENT || errno == ENOTDIR ? 0
+      : io_error (s, *path ? path : ".", "open", errno);
+  d = fdopendir (fd);
+  if (d == NULL) {
+    close (fd);
+    return io_error (s, path, "opendir", errno);
+  }
+  while (r == 0 && (errno = 0, e = readdir (d)) != NULL) {
+    char key[PATH_MAX];
+    struct stat st;
+    size_t plen;
+
+    if (strcmp (e->d_name, ".") == 0 || strcmp (e->d_name, "..") == 0 ||
+        strncmp (e->d_name, TMP_PREFIX, strlen (TMP_PREFIX)) == 0)
+      continue;
+    if (snprintf (key, sizeof key, "%s%s%s", path, *path ? "/" : "",
+                  e->d_name) >= (int) sizeof key)
+      continue;
+    /* Only names that can still lead to the prefix. */
+    plen = strlen (key);
+    if (strncmp (key, prefix, plen < strlen (prefix) ? plen
+                 : strlen (prefix)) != 0)
+      continue;
+    if (fstatat (dir_fd (s), key, &st, AT_SYMLINK_NOFOLLOW) == -1)
+      continue;                 /* removed meanwhile */
+    if (S_ISDIR (st.st_mode))
+      r = walk (s, key, prefix, fn, opaque);
+    else if (S_ISREG (st.st_mode) && plen >= strlen (prefix) &&
+             repo_key_is_valid (key)) {
+      struct repo_object_info info = {
+        .key = key, .size = st.st_size, .mtime = st.st_mtim.tv_sec,
+      };
+      r = fn (opaque, &info);
+    }
+  }
+  if (r == 0 && errno)
+    r = io_error (s, path, "readdir", errno);
+  closedir (d);
+  return r;
+}
+
+static int
+dir_list (struct repo_store *s, const char *prefix, repo_list_fn fn,
+          void *opaque)
+{
+  char start[PATH_MAX];
+
+  /* Start at the deepest directory the prefix names whole. */
+  parent_of (prefix, start, sizeof start);
+  return walk (s, start, prefix, fn, opaque);
+}
+
+static void
+dir_close (struct repo_store *s)
+{
+  if (s == NULL)
+    return;
+  close (dir_fd (s));
+  free (s->location);
+  free (s);
+}
+
+static const struct repo_store_ops dir_ops = {
+  .name = "directory",
+  .put = dir_put,
+  .get = dir_get,
+  .head = dir_head,
+  .touch = dir_touch,
+  .del = dir_del,
+  .list = dir_list,
+  .close = dir_close,
+};
+
+int
+repo_store_dir_open (const char *path, bool create, struct repo_store **sp)
+{
+  struct dir_store *ds;
+  int fd;
+
+  *sp = NULL;
+  if (create && mkdir (path, 0700) == -1 && errno != EEXIST)
+    return snapfg_set_error (errno, "%s: cannot create the repository's "
+                             "directory: %s", path, strerror (errno));
+  if (create) {
+    int r = sync_directory_of (path);
+    if (r < 0)
+      return snapfg_set_error (-r, "%s: fsync of its parent directory: %s",
+                               path, strerror (-r));
+  }
+  fd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd == -1)
+    return snapfg_set_error (errno, "%s: %s%s", path, strerror (errno),
+                             errno == ENOENT ? " (no repository there: "
+                             "make one with snapfg-backup init)" : "");
+  ds = calloc (1, sizeof *ds);
+  if (ds == NULL || (ds->s.location = strdup (path)) == NULL) {
+    free (ds);
+    close (fd);
+    return snapfg_set_error (ENOMEM, "%s: out of memory", path);
+  }
+  ds->s.ops = &dir_ops;
+  ds->dirfd = fd;
+  *sp = &ds->s;
+  return 0;
+}

@@ -1,0 +1,614 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Copyright (C) 2026 the snapfg authors */
+/* snapfg-backup: a backup run into a repository.
+ *
+ * Order of a run (docs/repository.md, "A run"):
+ *   1. the repository opened, the key checked (a wrong key stops here,
+ *      before the server is asked anything);
+ *   2. the run registered as a writer (gc keeps what it references);
+ *   3. a snapshot and a checkpoint at one instant, on the server;
+ *   4. what to read: the chunks the checkpoint of the previous run says
+ *      changed, and those verify found damaged; everything else is
+ *      referenced from the previous run's index (its chunks touched);
+ *      with no usable previous run, every data extent;
+ *   5. the copy (the existing engine, snapfg-backup-copy.c): each chunk
+ *      hashed, and unless stored already compressed, encrypted and
+ *      stored, by several threads;
+ *   6. every chunk the run references checked to exist, then the index
+ *      written, last, with put if_absent (its number);
+ *   7. the previous run's checkpoint dropped, the writer unregistered.
+ * A run that stops before 6 leaves only chunks, which nothing trusts and
+ * gc removes; its snapshot and checkpoint are dropped by the next run.
+ */
+
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "snapfg-error.h"
+#include "snapfg-backup-repo.h"
+
+#define MAX_SOURCES 4
+#define NAME_PREFIX "snapfg-repo-"
+
+struct repo_run {
+  struct repo_options *o;
+  const char *location;
+  struct repo *r;
+  struct repo_writer *w;
+  struct repo_index *base, *ix;
+  uint64_t size;
+  uint32_t cs;
+  char prefix[128], name[160];
+  struct nbd_handle *src[MAX_SOURCES];
+  size_t nsrc;
+  bool snapshot_made, checkpoint_made, committed;
+  bool incremental;             /* read only what changed since base */
+  struct copy_range *ranges;
+  size_t nranges;
+  unsigned char *sums;
+  unsigned char *damaged;       /* ids verify found damaged, sorted */
+  size_t ndamaged;
+  bool *replaced;               /* per damaged id: stored again */
+  int zstd_level;
+  /* Filled by the sink threads. */
+  pthread_mutex_t lock;
+  uint64_t bytes_added, chunks_added, chunks_reused, chunks_zero;
+  json_t *stale_ckpts;
+  int64_t started;
+  double t0;
+};
+
+static int
+cmp_id (const void *a, const void *b)
+{
+  return memcmp (a, b, REPO_DIGEST_LEN);
+}
+
+static int
+damaged_seen (void *opaque, const struct repo_object_info *info)
+{
+  struct repo_run *rr = opaque;
+  unsigned char id[REPO_DIGEST_LEN], *p;
+
+  if (repo_unhex (info->key + 8, id, sizeof id) == -1)
+    return 0;
+  p = realloc (rr->damaged, (rr->ndamaged + 1) * REPO_DIGEST_LEN);
+  if (p == NULL)
+    return -ENOMEM;
+  rr->damaged = p;
+  memcpy (p + rr->ndamaged++ * REPO_DIGEST_LEN, id, REPO_DIGEST_LEN);
+  return 0;
+}
+
+/* Index of id among the damaged ones, or -1. */
+static long
+damaged_index (struct repo_run *rr, const unsigned char *id)
+{
+  unsigned char *p;
+
+  if (rr->ndamaged == 0)
+    return -1;
+  p = bsearch (id, rr->damaged, rr->ndamaged, REPO_DIGEST_LEN, cmp_id);
+  return p ? (p - rr->damaged) / REPO_DIGEST_LEN : -1;
+}
+
+static json_t *
+server_call (struct repo_run *rr, json_t *req, const char *what)
+{
+  char err[512];
+  json_t *reply = control_call (&rr->o->b, req, err, sizeof err);
+
+  json_decref (req);
+  if (reply == NULL && what)
+    backup_error ("%s: %s", what, err);
+  return reply;
+}
+
+static void
+drop (struct repo_run *rr, enum control_cmd cmd, const char *name)
+{
+  json_t *req = control_request (cmd);
+  char what[256];
+
+  control_request_set_string (req, "name", name);
+  snprintf (what, sizeof what, "warning: dropping %s %s",
+            cmd == CONTROL_DROP ? "snapshot" : "checkpoint", name);
+  json_decref (server_call (rr, req, what));
+}
+
+/* Is the writer whose id starts the tail of name (after prefix) live? */
+static bool
+owned_by_live_writer (const char *name, const char *prefix, json_t *writers)
+{
+  const char *tail = name + strlen (prefix);
+  json_t *v;
+  size_t i;
+
+  json_array_foreach (writers, i, v) {
+    const char *id = json_string_value (json_object_get (v, "id"));
+    if (id && strncmp (id, tail, 8) == 0 && strlen (tail) == 8)
+      return true;
+  }
+  return false;
+}
+
+/* Snapshots and checkpoints of this disk that no live run owns. */
+static json_t *
+leftovers (struct repo_run *rr, enum control_cmd cmd, const char *key)
+{
+  json_t *req = control_request (cmd), *reply, *out = json_array (), *v;
+  json_t *writers = NULL;
+  size_t nw, i;
+  int64_t oldest;
+
+  reply = server_call (rr, req, NULL);
+  if (reply == NULL)
+    return out;
+  repo_live_writers (rr->r, &nw, &oldest, &writers);
+  json_array_foreach (json_object_get (reply, key), i, v) {
+    const char *n = json_str (v, "name");
+    if (n && strncmp (n, rr->prefix, strlen (rr->prefix)) == 0 &&
+        !owned_by_live_writer (n, rr->prefix, writers))
+      json_array_append_new (out, json_string (n));
+  }
+  json_decref (writers);
+  json_decref (reply);
+  return out;
+}
+
+/* The copy engine's sink: one chunk, hashed already (job->sums). */
+static int
+store_chunk (struct copy_job *job, uint64_t offset, const char *buf,
+             uint64_t len, const bool *zero, size_t nblocks,
+             uint64_t *stored)
+{
+  struct repo_run *rr = job->sink_opaque;
+  uint64_t n = offset / rr->cs;
+  unsigned char *id = repo_index_digest (rr->ix, n);
+  long d;
+  int ret;
+
+  *stored = 0;
+  if (nblocks != 1 || offset % rr->cs) {
+    backup_error ("internal error: a piece of %" PRIu64 " bytes at %" PRIu64
+                  " is not one chunk", len, offset);
+    return EIO;
+  }
+  if (zero[0]) {
+    memset (id, 0, REPO_DIGEST_LEN);
+    pthread_mutex_lock (&rr->lock);
+    rr->chunks_zero++;
+    pthread_mutex_unlock (&rr->lock);
+    return 0;
+  }
+  repo_chunk_id (repo_get_keys (rr->r), job->sums + n * SHA256_LEN, id);
+  d = damaged_index (rr, id);
+  snapfg_clear_error ();
+  ret = repo_put_chunk (rr->r, id, buf, len, rr->zstd_level, d >= 0,
+                        stored);
+  if (ret < 0) {
+    backup_error ("storing chunk %" PRIu64 " (offset %" PRIu64 "): %s", n,
+                  offset, snapfg_get_error () ? snapfg_get_error ()
+                  : strerror (-ret));
+    return -ret;
+  }
+  pthread_mutex_lock (&rr->lock);
+  if (ret == 0) {
+    rr->chunks_added++;
+    rr->bytes_added += *stored;
+  }
+  else
+    rr->chunks_reused++;
+  if (d >= 0)
+    rr->replaced[d] = true;
+  pthread_mutex_unlock (&rr->lock);
+  return 0;
+}
+
+/* Add chunk n to the ranges to read. */
+static int
+add_chunk_range (struct repo_run *rr, uint64_t n, size_t *cap)
+{
+  if (rr->nranges == *cap) {
+    struct copy_range *p = realloc (rr->ranges,
+                                    (*cap = *cap * 2 + 64) * sizeof *p);
+    if (p == NULL)
+      return -1;
+    rr->ranges = p;
+  }
+  rr->ranges[rr->nranges++] = (struct copy_range) {
+    n * rr->cs, (n + 1) * rr->cs > rr->size ? rr->size - n * rr->cs : rr->cs
+  };
+  return 0;
+}
+
+/* 4. What to read.  Returns 0 or an exit status. */
+static int
+find_ranges (struct repo_run *rr)
+{
+  struct backup_options *b = &rr->o->b;
+  json_t *meta = rr->base ? repo_index_meta (rr->base) : NULL;
+  const char *since = json_str (meta, "checkpoint");
+  uint64_t nchunks = repo_index_chunks (rr->ix);
+  size_t cap;
+  bool *read;
+
+  if (open_export (rr->src[0], b->session->data_what, rr->name) == -1)
+    return EXIT_FAILED;
+  if ((uint64_t) nbd_get_size (rr->src[0]) != rr->size) {
+    backup_error ("export %s: %" PRId64 " bytes, the origin %" PRIu64,
+                  rr->name, nbd_get_size (rr->src[0]), rr->size);
+    return EXIT_FAILED;
+  }
+  if (rr->base && !b->full && since &&
+      repo_index_disk_size (rr->base) == rr->size &&
+      repo_index_chunk_size (rr->base) == rr->cs) {
+    json_t *req = control_request (CONTROL_CHANGED), *reply, *v;
+    char err[512];
+    size_t i;
+
+    control_request_set_string (req, "since", since);
+    control_request_set_string (req, "name", rr->name);
+    reply = control_call (b, req, err, sizeof err);
+    json_decref (req);
+    if (reply) {
+      json_t *a = json_object_get (reply, "ranges");
+      rr->ranges = malloc ((json_array_size (a) + 1) * sizeof *rr->ranges);
+      if (rr->ranges == NULL) {
+        json_decref (reply);
+        backup_error ("out of memory");
+        return EXIT_FAILED;
+      }
+      json_array_foreach (a, i, v)
+        rr->ranges[rr->nranges++] = (struct copy_range) {
+          json_u64 (v, "offset"), json_u64 (v, "length") };
+      json_decref (reply);
+      rr->nranges = normalise_ranges (rr->ranges, rr->nranges, rr->cs,
+                                      rr->size);
+      memcpy (repo_index_digest (rr->ix, 0), repo_index_digest (rr->base, 0),
+              nchunks * REPO_DIGEST_LEN);
+      /* The chunks kept from the previous run: touched (gc), and read
+       * again when damaged or gone.
+       */
+      read = calloc (nchunks ? nchunks : 1, sizeof *read);
+      if (read == NULL) {
+        backup_error ("out of memory");
+        return EXIT_FAILED;
+      }
+      for (i = 0; i < rr->nranges; ++i)
+        for (uint64_t n = rr->ranges[i].offset / rr->cs;
+             n * rr->cs < rr->ranges[i].offset + rr->ranges[i].length; ++n)
+          read[n] = true;
+      cap = rr->nranges;
+      for (uint64_t n = 0; n < nchunks; ++n) {
+        unsigned char *id = repo_index_digest (rr->ix, n);
+        char key[REPO_CHUNK_KEY_LEN];
+        struct repo_store *s = repo_get_store (rr->r);
+        int t;
+
+        if (read[n] || repo_digest_is_zero (id))
+          continue;
+        repo_chunk_key (id, key);
+        t = damaged_index (rr, id) >= 0 ? -ENOENT : s->ops->touch (s, key);
+        if (t == -ENOENT) {
+          if (add_chunk_range (rr, n, &cap) == -1) {
+            free (read);
+            backup_error ("out of memory");
+            return EXIT_FAILED;
+          }
+        }
+        else if (t < 0) {
+          free (read);
+          return repo_fail (t, "keeping the previous run's chunks");
+        }
+      }
+      free (read);
+      rr->nranges = normalise_ranges (rr->ranges, rr->nranges, rr->cs,
+                                      rr->size);
+      rr->incremental = true;
+      return 0;
+    }
+    backup_info ("changes since run %ld cannot be known (%s): reading the "
+                 "whole disk", repo_index_run (rr->base), err);
+  }
+  return data_ranges (rr->src[0], rr->size, rr->cs, &rr->ranges,
+                      &rr->nranges) == -1 ? EXIT_FAILED : 0;
+}
+
+/* 6. Every chunk the index names is there (a gc with too short a
+ * --grace could have removed one), then the index.
+ */
+static int
+commit (struct repo_run *rr, struct copy_job *job, long *run)
+{
+  struct repo_store *s = repo_get_store (rr->r);
+  json_t *meta = repo_index_meta (rr->ix);
+  char host[256] = "";
+  uint64_t n;
+  int ret;
+
+  for (n = 0; n < repo_index_chunks (rr->ix); ++n) {
+    unsigned char *id = repo_index_digest (rr->ix, n);
+    struct repo_object_info info;
+    char key[REPO_CHUNK_KEY_LEN];
+
+    if (repo_digest_is_zero (id))
+      continue;
+    repo_chunk_key (id, key);
+    if ((ret = s->ops->head (s, key, &info)) < 0) {
+      backup_error ("%s/%s: %s: the run is not recorded; run the backup "
+                    "again", rr->location, key,
+                    ret == -ENOENT ? "removed during the run (a gc with "
+                    "too short a --grace?)" : snapfg_get_error ());
+      return -1;
+    }
+  }
+  gethostname (host, sizeof host - 1);
+  json_object_set_new (meta, "time", json_integer (rr->started));
+  json_object_set_new (meta, "finished", json_integer (repo_run_time ()));
+  json_object_set_new (meta, "checkpoint", json_string (rr->name));
+  json_object_set_new (meta, "host", json_string (host));
+  json_object_set_new (meta, "type", json_string (rr->incremental
+                                                  ? "incremental" : "full"));
+  if (rr->base)
+    json_object_set_new (meta, "base", json_integer (repo_index_run
+                                                     (rr->base)));
+  json_object_set_new (meta, "bytes_read", json_integer (job->bytes_read));
+  json_object_set_new (meta, "bytes_added", json_integer (rr->bytes_added));
+  json_object_set_new (meta, "chunks_added", json_integer (rr->chunks_added));
+  json_object_set_new (meta, "chunks_reused",
+                       json_integer (rr->chunks_reused));
+  json_object_set_new (meta, "compression",
+                       rr->zstd_level ? json_string ("zstd") : json_null ());
+  snapfg_clear_error ();
+  if ((ret = repo_index_commit (rr->r, rr->ix, run)) < 0) {
+    repo_fail (ret, "writing the run's index");
+    return -1;
+  }
+  rr->committed = true;
+  return 0;
+}
+
+static void
+cleanup (struct repo_run *rr)
+{
+  for (size_t i = 0; i < rr->nsrc; ++i)
+    disconnect (rr->src[i]);
+  rr->nsrc = 0;
+  if (rr->snapshot_made)
+    drop (rr, CONTROL_DROP, rr->name);
+  rr->snapshot_made = false;
+  if (rr->checkpoint_made && !rr->committed)
+    drop (rr, CONTROL_CHECKPOINT_DROP, rr->name);
+  rr->checkpoint_made = false;
+}
+
+int
+repo_cmd_backup (struct repo_options *o, const char *location)
+{
+  struct repo_run rr = { .o = o, .location = location };
+  struct copy_job job;
+  json_t *req, *reply, *v, *snaps = NULL;
+  char err[1024], owner_path[PATH_MAX];
+  int status = EXIT_FAILED, ret;
+  long run = 0;
+  size_t i;
+
+  pthread_mutex_init (&rr.lock, NULL);
+  /* 1. The repository and its key, before anything else. */
+  if ((status = repo_open_for (o, location, true, &rr.r)) != 0)
+    return status;
+  status = EXIT_FAILED;
+  if (!repo_disk_name_ok (o->disk)) {
+    backup_error ("--disk %s: a disk's name is 1 to %d of A-Z a-z 0-9 . _ - "
+                  "(not starting with .)", o->disk, REPO_DISK_NAME_MAX);
+    repo_close (rr.r);
+    return EXIT_USAGE;
+  }
+  rr.cs = repo_get_chunk_size (rr.r);
+  rr.zstd_level = o->compress ? 1 : 0;
+  snprintf (owner_path, sizeof owner_path, "%s#%s", location, o->disk);
+  if ((status = session_open (&o->b, owner_path)) != EXIT_OK)
+    goto out_repo;
+  status = EXIT_FAILED;
+
+  /* 2. Registered before any chunk is referenced. */
+  snapfg_clear_error ();
+  if ((ret = repo_writer_start (rr.r, o->disk, &rr.w)) < 0) {
+    repo_fail (ret, "registering the run");
+    goto out_session;
+  }
+  snprintf (rr.prefix, sizeof rr.prefix, NAME_PREFIX "%.8s-%s-",
+            repo_get_id (rr.r), o->disk);
+  snprintf (rr.name, sizeof rr.name, "%s%.8s", rr.prefix,
+            repo_writer_id (rr.w));
+  snapfg_clear_error ();
+  ret = repo_index_load (rr.r, o->disk, 0, &rr.base);
+  if (ret < 0 && ret != -ENOENT) {
+    if (!o->b.full) {
+      repo_fail (ret, "the previous run");
+      backup_error ("run with --full to back up the whole disk without it");
+      status = EXIT_NEED_FULL;
+      goto out_writer;
+    }
+    rr.base = NULL;
+  }
+  if (repo_get_store (rr.r)->ops->list (repo_get_store (rr.r), "damaged/",
+                                        damaged_seen, &rr) < 0) {
+    backup_error ("%s: cannot list damaged chunks", location);
+    goto out_writer;
+  }
+  qsort (rr.damaged, rr.ndamaged, REPO_DIGEST_LEN, cmp_id);
+  rr.replaced = calloc (rr.ndamaged + 1, sizeof *rr.replaced);
+
+  /* 3. The server: the origin's size, our leftovers, the snapshot. */
+  req = control_request (CONTROL_STATUS);
+  reply = control_call (&o->b, req, err, sizeof err);
+  json_decref (req);
+  if (reply == NULL) {
+    backup_error ("%s", err);
+    status = control_failure_status (&o->b);
+    goto out_writer;
+  }
+  rr.size = json_u64 (json_object_get (reply, "origin"), "size");
+  json_decref (reply);
+  if (rr.size == 0) {
+    backup_error ("the server reports an empty origin: nothing to back up");
+    goto out_writer;
+  }
+  snaps = leftovers (&rr, CONTROL_STATUS, "snapshots");
+  json_array_foreach (snaps, i, v) {
+    backup_info ("dropping snapshot %s, left by an interrupted run",
+                 json_string_value (v));
+    drop (&rr, CONTROL_DROP, json_string_value (v));
+  }
+  json_decref (snaps);
+  if (repo_index_new (o->disk, rr.size, rr.cs, &rr.ix) < 0 ||
+      (rr.sums = calloc (repo_index_chunks (rr.ix) + 1, SHA256_LEN)) == NULL) {
+    backup_error ("out of memory");
+    goto out_writer;
+  }
+  rr.src[0] = connect_server (o->b.session->data_uri,
+                              o->b.session->data_what, true);
+  if (rr.src[0] == NULL) {
+    status = EXIT_UNREACHABLE;
+    goto out_writer;
+  }
+  rr.nsrc = 1;
+  req = control_request (CONTROL_CREATE);
+  control_request_set_string (req, "name", rr.name);
+  control_request_set_string (req, "checkpoint", rr.name);
+  control_request_set_string (req, "checkpoint_owner", o->b.session->owner);
+  rr.started = repo_run_time ();
+  rr.t0 = tool_now ();
+  reply = control_call (&o->b, req, err, sizeof err);
+  json_decref (req);
+  if (reply == NULL) {
+    backup_error ("creating snapshot and checkpoint %s: %s (snapfg-backup "
+                  "needs a server started with state=FILE and "
+                  "control=SOCKET)", rr.name, err);
+    status = control_failure_status (&o->b);
+    goto out_writer;
+  }
+  json_decref (reply);
+  rr.snapshot_made = rr.checkpoint_made = true;
+
+  /* 4. What to read. */
+  if ((status = find_ranges (&rr)) != 0)
+    goto out_writer;
+  status = EXIT_FAILED;
+
+  /* 5. The copy. */
+  if (nbd_can_multi_conn (rr.src[0]) == 1)
+    while (rr.nsrc < MAX_SOURCES) {
+      rr.src[rr.nsrc] = connect_export (o->b.session->data_uri,
+                                        o->b.session->data_what, rr.name);
+      if (rr.src[rr.nsrc] == NULL)
+        break;
+      rr.nsrc++;
+    }
+  memset (&job, 0, sizeof job);
+  job.src = rr.src;
+  job.nsrc = rr.nsrc;
+  job.ranges = rr.ranges;
+  job.nranges = rr.nranges;
+  job.size = rr.size;
+  job.block = rr.cs;
+  job.piece = rr.cs;
+  job.slots = 16;
+  job.threads = o->threads ? o->threads : REPO_DEFAULT_THREADS;
+  job.sums = rr.sums;
+  job.sink = store_chunk;
+  job.sink_opaque = &rr;
+  job.what = "backup into the repository";
+  if (getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER"))
+    job.stop_after = strtoull (getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER"),
+                               NULL, 10);
+  if (copy_run (&job, err, sizeof err) == -1) {
+    backup_error ("backup of snapshot %s failed: %s", rr.name, err);
+    goto out_writer;
+  }
+  test_pause ("after-copy");
+  for (i = 0; i < rr.nsrc; ++i)
+    disconnect (rr.src[i]);
+  rr.nsrc = 0;
+  drop (&rr, CONTROL_DROP, rr.name);
+  rr.snapshot_made = false;
+
+  /* 6. The index, last. */
+  if (commit (&rr, &job, &run) == -1)
+    goto out_writer;
+  status = EXIT_OK;
+
+  /* 7. What the run no longer needs. */
+  for (i = 0; i < rr.ndamaged; ++i)
+    if (rr.replaced[i]) {
+      char key[REPO_CHUNK_KEY_LEN];
+      repo_damaged_key (rr.damaged + i * REPO_DIGEST_LEN, key);
+      repo_get_store (rr.r)->ops->del (repo_get_store (rr.r), key);
+    }
+  /* Every checkpoint of this disk but this run's and those of runs still
+   * going: the latest run's is this one's (the runs of a disk are
+   * numbered in the order they finish), and a run that finishes later
+   * drops this one's in turn.
+   */
+  rr.stale_ckpts = leftovers (&rr, CONTROL_CHECKPOINT_LIST, "checkpoints");
+  json_array_foreach (rr.stale_ckpts, i, v)
+    if (strcmp (json_string_value (v), rr.name) != 0)
+      drop (&rr, CONTROL_CHECKPOINT_DROP, json_string_value (v));
+  {
+    double secs = tool_now () - rr.t0;
+    json_t *meta = repo_index_meta (rr.ix);
+    char rate[128];
+
+    tool_format_rate (rate, sizeof rate, job.bytes_read, secs);
+    if (o->b.json)
+      tool_json_result (json_pack ("{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I,"
+                                   " s:I, s:I, s:I, s:f}",
+                                   "command", "backup",
+                                   "repository", location,
+                                   "disk", o->disk,
+                                   "run", (int) run,
+                                   "type", json_str (meta, "type"),
+                                   "size", (json_int_t) rr.size,
+                                   "bytes_read", (json_int_t) job.bytes_read,
+                                   "bytes_added",
+                                   (json_int_t) rr.bytes_added,
+                                   "chunks_added",
+                                   (json_int_t) rr.chunks_added,
+                                   "chunks_reused",
+                                   (json_int_t) rr.chunks_reused,
+                                   "chunks_zero", (json_int_t) rr.chunks_zero,
+                                   "seconds", secs), 0);
+    else
+      printf ("snapfg-backup: disk %s run %ld (%s): read %s, added %" PRIu64
+              " bytes in %" PRIu64 " new chunks (%" PRIu64 " reused)\n",
+              o->disk, run, json_str (meta, "type"), rate, rr.bytes_added,
+              rr.chunks_added, rr.chunks_reused);
+  }
+
+ out_writer:
+  cleanup (&rr);
+  repo_writer_end (rr.w);
+ out_session:
+  session_close (&o->b);
+ out_repo:
+  repo_index_free (rr.base);
+  repo_index_free (rr.ix);
+  json_decref (rr.stale_ckpts);
+  free (rr.ranges);
+  free (rr.sums);
+  free (rr.damaged);
+  free (rr.replaced);
+  repo_close (rr.r);
+  pthread_mutex_destroy (&rr.lock);
+  return status;
+}
