@@ -177,4 +177,19 @@ for i in range(int(sys.argv[2])):
 EOF
 info "ok: intact file: all $nwrites held writes on the origin after the replay"
 
+# A held file with nothing to apply binds nothing: a server killed with
+# no write held starts again without the store it had (a temporary
+# snapshot's is dropped at that start, say).
+rm -f "$cow"
+start_snapfg "$sock" "$pid" origin="$origin" cow="$cow"
+kill -KILL "$(nbdkit_pid "$pid")"
+wait_nbdkit_death "$pid" 30
+[ -n "$(find "$held_dir" -maxdepth 1 -name 'snapfg-held-*')" ] ||
+    check_fail "nothing held: no held file after the kill"
+start_snapfg "$sock" "$pid" origin="$origin"
+grep -q "replayed 0 held writes" "$pid.log" &&
+    info "ok: nothing held: the start without its store replays nothing and goes on" ||
+    check_fail "nothing held: $(grep -o 'replayed.*' "$pid.log")"
+stop_nbdkit "$pid"
+
 finish

@@ -35,6 +35,7 @@ declare -A may_use=(
     [src/control]="common src/device src/store:store-types.h src/engine:engine.h,stats.h src/checkpoint:checkpoint.h"
     [src/repo]="common"
     [plugins/snapfg]="common src/device src/store:store-types.h,chunk-size.h src/catalogue:catalogue.h src/checkpoint:checkpoint.h src/engine:engine.h src/control:control-server.h"
+    [plugins/snapfg-repo]="common src/repo:repo.h"
     [tools/common]="common src/control:control-commands.h,control-commands.def,control-protocol.h"
     [tools/snapfgctl]="common tools/common src/control:control-commands.h,control-commands.def,control-protocol.h src/store:dm-format.h,store-binding.h src/device:device.h src/engine:exception-table.h"
     [tools/snapfg-backup]="common tools/common src/control:control-commands.h,control-commands.def,control-protocol.h src/repo"
@@ -111,6 +112,7 @@ allowed src/writeback/held-queue.c engine-internal.h && check_fail "the table le
 allowed src/writeback/held-queue.c held-queue.h || check_fail "the table keeps the held-write queue from its own header"
 allowed src/writeback/held-record.c engine.h && check_fail "the table lets the held file's layout include engine.h"
 allowed src/repo engine.h && check_fail "the table lets the repository include engine.h"
+allowed plugins/snapfg-repo repo-private.h && check_fail "the table lets the snapfg-repo plugin include repo-private.h"
 
 # --- the build: each library's own include path ---
 
@@ -189,5 +191,7 @@ must_build src_repo_libsnapfg_repo_la_CPPFLAGS repo-admin.h
 must_refuse src_repo_libsnapfg_repo_la_CPPFLAGS engine.h
 must_refuse src_repo_libsnapfg_repo_la_CPPFLAGS device.h
 must_build src_repo_libsnapfg_repo_s3_la_CPPFLAGS repo-s3-config.h
+must_build plugins_snapfg_repo_nbdkit_snapfg_repo_plugin_la_CPPFLAGS repo.h
+must_refuse plugins_snapfg_repo_nbdkit_snapfg_repo_plugin_la_CPPFLAGS engine.h
 must_refuse src_repo_libsnapfg_repo_s3_la_CPPFLAGS store.h
 finish

@@ -103,6 +103,30 @@ snapshot_json (struct snapfg_snapshot *s)
   return o;
 }
 
+/* The origin's suspend (suspend, resume), beside its request counters. */
+static json_t *
+suspend_json (struct snapfg_engine *e, json_t *o)
+{
+  struct snapfg_suspend_info si;
+
+  if (o == NULL)
+    return NULL;
+  snapfg_suspend_info (e, &si);
+  json_object_set_new (o, "suspended", json_boolean (si.suspended));
+  set_int (o, "suspend_id", si.id);
+  if (si.suspended) {
+    set_int (o, "suspend_timeout_ms", si.timeout_ms);
+    set_int (o, "suspended_ms", si.held_ms);
+    set_int (o, "suspend_remaining_ms", si.remaining_ms);
+  }
+  set_int (o, "suspend_waiting", si.waiting);
+  set_int (o, "suspends", si.count);
+  set_int (o, "suspend_timeouts", si.timeouts);
+  set_int (o, "suspend_held_writes", si.held_writes);
+  set_int (o, "suspended_ms_total", si.held_ms_total);
+  return o;
+}
+
 static int
 no_such_snapshot (struct control_call *call, const char *name)
 {
@@ -145,6 +169,7 @@ control_do_status (struct control_call *call)
   set_int (origin, "size", snapfg_size (e));
   set_int (origin, "block_size", snapfg_block_size (e));
   set_int (origin, "connections", vs.requests.connections);
+  suspend_json (e, origin);
   json_object_set_new (call->reply, "origin", origin);
   for (size_t i = 0; (s = snapfg_snapshot_get_nth (e, i)) != NULL; ++i) {
     json_array_append_new (list, snapshot_json (s));
@@ -219,8 +244,11 @@ control_do_stats (struct control_call *call)
   if (list == NULL)
     return -ENOMEM;
   snapfg_view_stats (call->e, NULL, &vs);
-  json_array_append_new (list, writeback_json (call->e,
-                                               stats_json ("origin", &vs)));
+  json_array_append_new (list,
+                         suspend_json (call->e,
+                                       writeback_json (call->e,
+                                                       stats_json ("origin",
+                                                                   &vs))));
   for (size_t i = 0; (s = snapfg_snapshot_get_nth (call->e, i)) != NULL;
        ++i) {
     snapfg_view_stats (call->e, s, &vs);
@@ -228,6 +256,77 @@ control_do_stats (struct control_call *call)
     snapfg_snapshot_put (s);
   }
   json_object_set_new (call->reply, "exports", list);
+  return 0;
+}
+
+/* A suspend's timeout: seconds, a decimal number with an optional "s"
+ * ("10", "0.5", "2.5s").  Returns milliseconds, or 0 if it is not one.
+ */
+static uint64_t
+parse_timeout_ms (const char *text)
+{
+  uint64_t ms = 0, scale = 1000;
+  const char *p = text;
+  bool digits = false;
+
+  for (; *p >= '0' && *p <= '9'; ++p, digits = true) {
+    ms = ms * 10 + (*p - '0') * 1000;
+    if (ms > 1000ull * 1000 * 1000)
+      return 0;
+  }
+  if (*p == '.')
+    for (++p; *p >= '0' && *p <= '9'; ++p, digits = true)
+      if ((scale /= 10) > 0)
+        ms += (*p - '0') * scale;
+  if (*p == 's')
+    ++p;
+  return digits && *p == '\0' ? ms : 0;
+}
+
+int
+control_do_suspend (struct control_call *call)
+{
+  const char *text = control_arg_string (call->req, "timeout");
+  uint64_t timeout_ms = SNAPFG_SUSPEND_DEFAULT_TIMEOUT_MS, id;
+  int r;
+
+  if (text) {
+    timeout_ms = parse_timeout_ms (text);
+    if (timeout_ms < SNAPFG_SUSPEND_MIN_TIMEOUT_MS ||
+        timeout_ms > SNAPFG_SUSPEND_MAX_TIMEOUT_MS) {
+      snprintf (call->error, sizeof call->error,
+                "suspend: timeout \"%s\": expected seconds from %g to %d "
+                "(for example 10 or 2.5)", text,
+                SNAPFG_SUSPEND_MIN_TIMEOUT_MS / 1000.0,
+                SNAPFG_SUSPEND_MAX_TIMEOUT_MS / 1000);
+      return -EINVAL;
+    }
+  }
+  r = snapfg_suspend (call->e, timeout_ms, &id);
+  if (r < 0)
+    return r;
+  json_object_set_new (call->reply, "suspended", json_true ());
+  set_int (call->reply, "suspend_id", id);
+  set_int (call->reply, "timeout_ms", timeout_ms);
+  return 0;
+}
+
+int
+control_do_resume (struct control_call *call)
+{
+  struct snapfg_suspend_info was;
+
+  snapfg_resume (call->e, &was);
+  /* "resumed": false says there was no suspend to end: whoever
+   * suspended must not trust that writes were held until now (with
+   * "timed_out", the last one ended by its timeout).
+   */
+  json_object_set_new (call->reply, "resumed", json_boolean (was.suspended));
+  json_object_set_new (call->reply, "timed_out",
+                       json_boolean (was.timed_out));
+  set_int (call->reply, "suspend_id", was.id);
+  set_int (call->reply, "held_ms", was.held_ms);
+  set_int (call->reply, "waiting", was.waiting);
   return 0;
 }
 

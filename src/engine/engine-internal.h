@@ -23,6 +23,7 @@
 #include "store.h"
 #include "stats.h"
 #include "writeback.h"
+#include "suspend.h"
 #include "engine-test-hooks.h"
 
 /* log2 of the number of stripes with locking=striped.  4096 stripes of
@@ -131,6 +132,9 @@ struct snapfg_engine {
     void (*urge) (void *opaque);
     void *opaque;
   } copy_deferral;
+
+  /* Origin writes held between a suspend and its resume (suspend.c). */
+  struct engine_suspend suspend;
 };
 
 /* The origin's [offset, offset+count) is about to change: record it in

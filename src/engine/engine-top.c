@@ -136,6 +136,7 @@ snapfg_engine_open (const struct snapfg_options *opts,
   if (env && *env)
     e->test.writeback_pause_path = env;
 
+  suspend_init (&e->suspend);
   {
     struct writeback_options wo = {
       .on = opts->writeback,
@@ -171,6 +172,7 @@ snapfg_engine_close (struct snapfg_engine *e)
 {
   if (e == NULL)
     return;
+  suspend_destroy (e);
   /* A clean stop applies everything held (no request can come any
    * more); the origin and the stores are synced below and as they close.
    */

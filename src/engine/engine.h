@@ -267,6 +267,47 @@ extern void snapfg_snapshot_status (struct snapfg_snapshot *s,
 extern void snapfg_snapshot_describe (struct snapfg_snapshot *s,
                                       char *buf, size_t len);
 
+/* Holding new origin writes (the control socket's suspend and resume,
+ * src/engine/suspend.c).  A suspend waits for the origin changes in
+ * flight; from then on every new origin write, zero or trim waits (it
+ * does not fail) until snapfg_resume or until the timeout, when the
+ * engine resumes by itself and logs it.  Snapshots can be created
+ * meanwhile: their instant is the suspend's.  Reads and snapshot views
+ * are not held.
+ */
+#define SNAPFG_SUSPEND_DEFAULT_TIMEOUT_MS 10000
+#define SNAPFG_SUSPEND_MIN_TIMEOUT_MS 100
+#define SNAPFG_SUSPEND_MAX_TIMEOUT_MS 300000
+
+/* -EBUSY if already suspended (the caller that suspended resumes it);
+ * -EINVAL for a timeout out of bounds.  *id numbers the suspend.
+ */
+extern int snapfg_suspend (struct snapfg_engine *e, uint64_t timeout_ms,
+                           uint64_t *id);
+
+struct snapfg_suspend_info {
+  bool suspended;                  /* now */
+  uint64_t id;                     /* the current or last suspend (0: none) */
+  uint64_t timeout_ms;             /* its timeout */
+  uint64_t held_ms;                /* how long it held (so far, if current) */
+  uint64_t remaining_ms;           /* until it ends by itself (if current) */
+  bool timed_out;                  /* the last one ended by its timeout */
+  unsigned waiting;                /* origin writes waiting now */
+  uint64_t count;                  /* suspends, in all */
+  uint64_t timeouts;               /* of them ended by their timeout */
+  uint64_t held_writes;            /* origin writes that waited, in all */
+  uint64_t held_ms_total;          /* time suspended, in all */
+};
+
+/* End the suspend now.  *info (may be NULL) describes it as it was
+ * before: info->suspended false means there was none to end, and
+ * info->timed_out says whether the last one ended by its timeout.
+ */
+extern void snapfg_resume (struct snapfg_engine *e,
+                           struct snapfg_suspend_info *info);
+extern void snapfg_suspend_info (struct snapfg_engine *e,
+                                 struct snapfg_suspend_info *info);
+
 /* Request flags. */
 #define SNAPFG_REQ_FUA       (1u << 0)  /* durable before replying */
 #define SNAPFG_REQ_MAY_TRIM  (1u << 1)  /* zero may deallocate */

@@ -231,6 +231,14 @@ change_origin (struct snapfg_engine *e, enum origin_op op, const void *buf,
     return -EROFS;
  again:
   token = percpu_rwlock_read_lock (&e->geometry);
+  if (suspend_holds_writes (&e->suspend)) {
+    /* Suspended: wait for the resume with the read side let go, so that
+     * a snapshot create (the write side) is not held up by us.
+     */
+    percpu_rwlock_read_unlock (&e->geometry, token);
+    suspend_wait (e);
+    goto again;
+  }
   if (e->merging) {
     /* Unmerged chunks live in the COW store: zeroing them is not fast. */
     if (fast)

@@ -84,6 +84,8 @@ snapfg_engine_restore (struct snapfg_engine *e)
       r = finish_forgetting (e, rec, "dropped",
                              "temporary: made for one run, which ended "
                              "with the server");
+      /* Writes held before the stop need no copy in it any more. */
+      writeback_replay_release_store (e, rec->uuid);
       continue;
     }
     /* (The catalogue has checked that the type exists.) */

@@ -43,6 +43,32 @@ writeback_replay_binds (const struct snapfg_engine *e, const char *uuid)
   return false;
 }
 
+void
+writeback_replay_release_store (struct snapfg_engine *e, const char *uuid)
+{
+  struct writeback *wb = e->wb;
+
+  if (wb == NULL || !wb->replay_pending || uuid == NULL || uuid[0] == '\0')
+    return;
+  for (uint32_t i = 0; i < wb->replay_nstores; ++i)
+    if (strcmp (wb->replay_stores[i], uuid) == 0) {
+      memmove (&wb->replay_stores[i], &wb->replay_stores[i + 1],
+               (wb->replay_nstores - i - 1) * sizeof wb->replay_stores[i]);
+      wb->replay_nstores--;
+      return;
+    }
+}
+
+/* Does the file hold a write that is to be applied? */
+static bool
+has_live_records (const struct writeback *wb)
+{
+  for (size_t i = 0; i < wb->replay.n; ++i)
+    if (!wb->replay.r[i].dropped)
+      return true;
+  return false;
+}
+
 /* Is every store the file is bound to attached?  NULL, or the uuid of
  * one that is not.
  */
@@ -81,7 +107,10 @@ writeback_replay_check (struct snapfg_engine *e, size_t *n,
   *max_count = 0;
   if (!writeback_replay_pending (e))
     return 0;
-  {
+  /* Nothing to apply: the stores need no copy, whichever are here. */
+  if (!has_live_records (wb))
+    missing = NULL;
+  else {
     SCOPED_GEOMETRY_READ_LOCK (&e->geometry);
     missing = missing_store (e);
   }

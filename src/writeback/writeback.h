@@ -79,6 +79,12 @@ struct writeback_replayed {
 extern bool writeback_replay_pending (const struct snapfg_engine *e);
 extern bool writeback_replay_binds (const struct snapfg_engine *e,
                                     const char *uuid);
+/* A store the pending replay's file is bound to was dropped at this
+ * start on purpose (a temporary snapshot: its run ended with the
+ * server): its snapshot is gone, so the replay needs no copy in it.
+ */
+extern void writeback_replay_release_store (struct snapfg_engine *e,
+                                            const char *uuid);
 extern int writeback_replay_check (struct snapfg_engine *e, size_t *n,
                                    uint32_t *max_count);
 extern int writeback_replay_get (struct snapfg_engine *e, size_t i,

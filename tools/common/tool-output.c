@@ -216,3 +216,27 @@ tool_progress_end (struct tool_progress *p, uint64_t done, uint64_t total)
   if (showing == p)
     showing = NULL;
 }
+
+int
+tool_parse_rate (const char *word, uint64_t *bytes_per_second)
+{
+  uint64_t n = 0, scale = 1;
+  const char *p = word;
+
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    if (n > UINT64_MAX / 10 / 1024 / 1024 / 1024)
+      return -1;
+    n = n * 10 + (*p - '0');
+  }
+  if (p == word)
+    return -1;
+  switch (*p) {
+  case 'k': case 'K': scale = 1024; ++p; break;
+  case 'm': case 'M': scale = 1024 * 1024; ++p; break;
+  case 'g': case 'G': scale = 1024 * 1024 * 1024; ++p; break;
+  }
+  if (*p != '\0' || n * scale < 1024)
+    return -1;
+  *bytes_per_second = n * scale;
+  return 0;
+}

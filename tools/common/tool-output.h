@@ -55,6 +55,11 @@ extern int tool_parse_progress (const char *word,
  */
 #define TOOL_MAX_TIMEOUT 86400
 extern int tool_parse_timeout (const char *word, int min, int *seconds);
+/* A rate in bytes per second (--limit-rate): a whole number, optionally
+ * followed by K, M or G (1024-based, either case), at least 1024.  0, or
+ * -1 if WORD is not one.
+ */
+extern int tool_parse_rate (const char *word, uint64_t *bytes_per_second);
 
 /* Print OBJ (consumed) as one line on stdout.  When STATUS is not 0,
  * "ok": false, "exit_status" and "error" (the last tool_error, unless

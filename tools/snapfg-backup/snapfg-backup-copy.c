@@ -441,7 +441,38 @@ struct copier {
   char *err;
   size_t err_len;
   struct tool_progress prog;
+  /* --limit-rate's token bucket: bytes that may be read now (negative
+   * after a piece larger than what was there), refilled at job->rate a
+   * second up to a tenth of a second's worth.
+   */
+  double tokens, tokens_at;
 };
+
+/* Refill the bucket; may a read start now? */
+static bool
+copier_may_read (struct copier *c)
+{
+  double now, burst;
+
+  if (c->job->rate == 0)
+    return true;
+  now = tool_now ();
+  burst = c->job->rate / 10.0;
+  c->tokens += (now - c->tokens_at) * c->job->rate;
+  if (c->tokens > burst)
+    c->tokens = burst;
+  c->tokens_at = now;
+  return c->tokens > 0;
+}
+
+/* Milliseconds until the bucket lets a read start (0: now). */
+static int
+copier_rate_wait_ms (struct copier *c)
+{
+  if (c->job->rate == 0 || copier_may_read (c))
+    return 0;
+  return (int) (-c->tokens * 1000.0 / c->job->rate) + 1;
+}
 
 /* The first failure is the one reported; the copy stops issuing. */
 static void __attribute__ ((format (printf, 2, 3)))
@@ -515,8 +546,11 @@ copier_issue_reads (struct copier *c)
     struct slot *s = &c->slots[i];
     if (s->state != SLOT_IDLE)
       continue;
+    if (!copier_may_read (c))
+      break;                    /* the rate limit: later */
     if (!next_piece (c->job, &c->cur, c->piece, &s->offset, &s->length))
       break;
+    c->tokens -= s->length;
     s->error = 0;
     s->state = SLOT_READING;
     if (nbd_aio_pread (c->job->src[s->src], s->buf, s->length, s->offset,
@@ -651,7 +685,11 @@ copier_wait (struct copier *c)
   c->fds[c->nh].fd = c->pool.nthreads ? c->pool.efd : -1;
   c->fds[c->nh].events = POLLIN;
   c->fds[c->nh].revents = 0;
-  if (poll (c->fds, c->nh + 1, 500) == -1) {
+  int wait_ms = copier_rate_wait_ms (c);
+
+  if (wait_ms == 0 || wait_ms > 500)
+    wait_ms = 500;
+  if (poll (c->fds, c->nh + 1, wait_ms) == -1) {
     if (errno == EINTR)
       return 0;
     copier_fail (c, "poll: %s", strerror (errno));
@@ -692,8 +730,14 @@ copier_loop (struct copier *c)
       c->stopping = true;
 
     if (c->in_flight == 0) {
+      int wait_ms;
+
       if (!copier_more_to_do (c))
         break;
+      /* Nothing in flight because of the rate limit: sleep for it. */
+      wait_ms = c->stopping ? 0 : copier_rate_wait_ms (c);
+      if (wait_ms > 0)
+        poll (NULL, 0, wait_ms > 500 ? 500 : wait_ms);
       continue;
     }
     if (copier_slot_ready (c))
@@ -718,6 +762,7 @@ copy_run (struct copy_job *job, char *err, size_t err_len)
   c.slots = slots;
   c.nslots = job->slots ? (int) job->slots : COPY_SLOTS;
   c.piece = job->piece ? job->piece : PIECE_SIZE;
+  c.tokens_at = tool_now ();
   c.err = err;
   c.err_len = err_len;
   err[0] = '\0';

@@ -202,42 +202,50 @@ qemu_nbd_open (char **argv, const char *what, bool extents,
   return h;
 }
 
-struct nbd_handle *
-image_open (const char *dir, const char *name, size_t depth,
-            const struct image_access *a, bool readonly)
+void
+image_qemu_nbd_args (const char *dir, const char *name, size_t depth,
+                     const struct image_access *a, bool readonly,
+                     struct qemu_nbd_args *q)
 {
-  char path[PATH_MAX], esc[PATH_MAX * 2], opts[PATH_MAX * 2 + 4096];
-  char secret[PATH_MAX * 2 + 64];
-  char *argv[12];
+  char esc[PATH_MAX * 2];
   const char *top = "";
   size_t n = 0;
 
-  snprintf (path, sizeof path, "%s/%s", dir, name);
-  qemu_escape (path, esc, sizeof esc);
+  snprintf (q->path, sizeof q->path, "%s/%s", dir, name);
+  qemu_escape (q->path, esc, sizeof esc);
   if (!readonly && a && a->compress) {
-    snprintf (opts, sizeof opts, "driver=compress,file.driver=qcow2,"
+    snprintf (q->opts, sizeof q->opts, "driver=compress,file.driver=qcow2,"
               "file.file.driver=file,file.file.filename=%s", esc);
     top = "file.";
   }
   else
-    snprintf (opts, sizeof opts, "driver=qcow2,file.driver=file,"
+    snprintf (q->opts, sizeof q->opts, "driver=qcow2,file.driver=file,"
               "file.filename=%s", esc);
   if (a && a->key_file)
     for (size_t i = 0; i < depth; ++i) {
-      size_t l = strlen (opts);
-      snprintf (opts + l, sizeof opts - l, ",%s", top);
+      size_t l = strlen (q->opts);
+      snprintf (q->opts + l, sizeof q->opts - l, ",%s", top);
       for (size_t j = 0; j < i; ++j)
-        strncat (opts, "backing.", sizeof opts - strlen (opts) - 1);
-      strncat (opts, "encrypt.key-secret=" KEY_SECRET_ID,
-               sizeof opts - strlen (opts) - 1);
+        strncat (q->opts, "backing.", sizeof q->opts - strlen (q->opts) - 1);
+      strncat (q->opts, "encrypt.key-secret=" KEY_SECRET_ID,
+               sizeof q->opts - strlen (q->opts) - 1);
     }
-  argv[n++] = "qemu-nbd";
-  add_secret (argv, &n, a, secret, sizeof secret);
-  argv[n++] = readonly ? "-r" : "--cache=writeback";
-  argv[n++] = "--image-opts";
-  argv[n++] = opts;
-  argv[n] = NULL;
-  return qemu_nbd_open (argv, path, readonly, a);
+  q->argv[n++] = "qemu-nbd";
+  add_secret (q->argv, &n, a, q->secret, sizeof q->secret);
+  q->argv[n++] = readonly ? "-r" : "--cache=writeback";
+  q->argv[n++] = "--image-opts";
+  q->argv[n++] = q->opts;
+  q->argv[n] = NULL;
+}
+
+struct nbd_handle *
+image_open (const char *dir, const char *name, size_t depth,
+            const struct image_access *a, bool readonly)
+{
+  struct qemu_nbd_args q;
+
+  image_qemu_nbd_args (dir, name, depth, a, readonly, &q);
+  return qemu_nbd_open (q.argv, q.path, readonly, a);
 }
 
 struct nbd_handle *

@@ -50,6 +50,7 @@
 #include <limits.h>
 #include <unistd.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "snapfg-backup.h"
 #include "snapfg-backup-repo.h"
@@ -62,6 +63,8 @@
 #define VERIFY_SYNOPSIS "snapfg-backup verify DIR [--at N | --all] [--key-file F] [--json]"
 #define LIST_SYNOPSIS "snapfg-backup list DIR [--json]"
 #define PRUNE_SYNOPSIS "snapfg-backup [-S CONTROL] prune DIR --keep-last N [--key-file F] [--json]"
+#define GROUP_SYNOPSIS "snapfg-backup [-H [USER@]HOST[:PORT]] backup REPO --disk NAME -S CONTROL -u NBD_URI [--disk NAME -S CONTROL -u NBD_URI]... [--pre-snapshot CMD] [--post-snapshot CMD] [--limit-rate R] [--full]"
+#define SERVE_SYNOPSIS "snapfg-backup serve REPO [--disk NAME] [--at N] -U SOCKET | --tcp PORT [--writable] [--tls=on|require] [--tls-psk=F | --tls-certificates=DIR] [--limit-rate R] [--key-file F]"
 
 /* Set by the signal handler, which runs in whichever thread the signal
  * lands on (the image thread forwards it too): a lock-free atomic is
@@ -85,6 +88,8 @@ usage (FILE *fp)
            "       " VERIFY_SYNOPSIS "\n"
            "       " LIST_SYNOPSIS "\n"
            "       " PRUNE_SYNOPSIS "\n"
+           "       " GROUP_SYNOPSIS "\n"
+           "       " SERVE_SYNOPSIS "\n"
            "\n"
            "A repository (deduplicated, compressed, encrypted chunks; every run\n"
            "a full point; REPO a directory or s3://BUCKET[/PREFIX]):\n"
@@ -109,6 +114,9 @@ usage (FILE *fp)
            "  list DIR         the runs: type, start, duration, bytes, image size\n"
            "  prune DIR        keep the last N runs (--keep-last N): older ones are\n"
            "                   committed into the full image, checkpoints dropped\n"
+           "  serve REPO       serve run N (default: the latest) as an NBD export\n"
+           "                   until SIGTERM, read-only (--writable: writes go to\n"
+           "                   an overlay thrown away at exit)\n"
            "\n"
            "  -S, --socket=CONTROL   the server's control socket (control=)\n"
            "  -u, --uri=NBD_URI      the server, e.g. nbd+unix:///?socket=S,\n"
@@ -133,6 +141,17 @@ usage (FILE *fp)
            "                         the server's state directory\n"
            "  --at=N                 restore run N (see DIR/manifest.json)\n"
            "  -O, --output-format=raw|qcow2   restore's format (default raw)\n"
+           "  --disk=NAME            the disk: REPO/NAME for a backup directory; in\n"
+           "                         backup, each --disk takes the -S and -u after it\n"
+           "                         and all are taken at one instant\n"
+           "  --pre-snapshot=CMD     run CMD (sh -c) before the servers hold writes\n"
+           "  --post-snapshot=CMD    run CMD after they resume (also after a failure)\n"
+           "  --limit-rate=R         at most R bytes/s (suffixes K, M, G: 1024-based)\n"
+           "  -U, --unix=SOCKET      serve: the Unix socket to serve on\n"
+           "  --tcp=PORT             serve: the TCP port to serve on\n"
+           "  --writable             serve: take writes (into a throw-away overlay)\n"
+           "  --tls=on|require, --tls-psk=F, --tls-certificates=DIR   serve: TLS,\n"
+           "                         as nbdkit's options of the same names\n"
            "  -h, --help, -V, --version\n"
            "\n"
            "Exit status: 0 done, 1 failed, 2 usage error, 3 an incremental\n"
@@ -189,16 +208,35 @@ with_session (struct backup_options *o, const char *dir,
   return status;
 }
 
+/* The options only serve has. */
+static bool
+serve_options_given (const struct backup_options *o)
+{
+  return o->serve_socket || o->tcp_port || o->tls || o->tls_psk ||
+    o->tls_certificates || o->writable;
+}
+
+/* The options only backup has. */
+static bool
+hook_options_given (const struct backup_options *o)
+{
+  return o->pre_snapshot || o->post_snapshot || o->ndisks > 1;
+}
+
 static bool
 backup_options_wrong (const struct backup_options *o)
 {
-  return o->at >= 0 || o->format || o->no_verify || o->all ||
+  return serve_options_given (o) || o->at >= 0 || o->format || o->no_verify || o->all ||
     o->keep_last >= 0 || (o->full && o->diff);
 }
 
 static int
 backup_check (struct backup_options *o, char **operands)
 {
+  if (o->ndisks > 1)
+    return o->cow_dir ? (fprintf (stderr, "snapfg-backup: --cow-dir is for "
+                                  "a backup of one disk\n"), EXIT_USAGE)
+      : EXIT_OK;
   if (o->socket == NULL || o->uri == NULL) {
     tool_error ("backup: give the server's control "
                 "socket with -S CONTROL and its NBD URI with -u NBD_URI");
@@ -218,13 +256,18 @@ backup_check (struct backup_options *o, char **operands)
 static int
 backup_run (struct backup_options *o, char **operands)
 {
+  /* Several disks at one instant, or hooks around the snapshot: the
+   * group (it opens a session per disk).
+   */
+  if (o->ndisks > 1 || o->pre_snapshot || o->post_snapshot)
+    return cmd_backup_group (o, operands[0]);
   return with_session (o, operands[0], cmd_backup);
 }
 
 static bool
 restore_options_wrong (const struct backup_options *o)
 {
-  return o->full || o->cow_dir || o->diff || o->compress || o->encrypt ||
+  return serve_options_given (o) || hook_options_given (o) || o->full || o->cow_dir || o->diff || o->compress || o->encrypt ||
     o->all || o->keep_last >= 0;
 }
 
@@ -251,7 +294,8 @@ restore_run (struct backup_options *o, char **operands)
 static bool
 reader_options_wrong (const struct backup_options *o)
 {
-  return o->full || o->cow_dir || o->diff || o->compress || o->encrypt ||
+  return serve_options_given (o) || hook_options_given (o) ||
+    o->limit_rate || o->full || o->cow_dir || o->diff || o->compress || o->encrypt ||
     o->format || o->no_verify;
 }
 
@@ -299,6 +343,44 @@ prune_run (struct backup_options *o, char **operands)
   return cmd_prune (o, operands[0]);
 }
 
+static bool
+serve_options_wrong (const struct backup_options *o)
+{
+  return hook_options_given (o) || o->full || o->cow_dir || o->diff ||
+    o->compress || o->encrypt || o->format || o->no_verify || o->all ||
+    o->keep_last >= 0 || o->socket || o->uri;
+}
+
+static int
+serve_check (struct backup_options *o, char **operands)
+{
+  if ((o->serve_socket == NULL) == (o->tcp_port == NULL)) {
+    fprintf (stderr, "snapfg-backup: serve: give where to serve, either "
+             "-U SOCKET or --tcp PORT\n");
+    return EXIT_USAGE;
+  }
+  if (o->tcp_port && strspn (o->tcp_port, "0123456789") !=
+      strlen (o->tcp_port)) {
+    fprintf (stderr, "snapfg-backup: --tcp %s: not a port number\n",
+             o->tcp_port);
+    return EXIT_USAGE;
+  }
+  if (o->tls && strcmp (o->tls, "on") != 0 && strcmp (o->tls, "require") != 0
+      && strcmp (o->tls, "off") != 0) {
+    fprintf (stderr, "snapfg-backup: --tls=%s: on, require or off\n", o->tls);
+    return EXIT_USAGE;
+  }
+  if ((o->tls_psk || o->tls_certificates) && o->tls == NULL)
+    o->tls = "require";
+  return EXIT_OK;
+}
+
+static int
+serve_run (struct backup_options *o, char **operands)
+{
+  return cmd_serve (o, operands[0]);
+}
+
 static const struct subcommand subcommands[] = {
   { "backup", 1, BACKUP_SYNOPSIS, true, backup_options_wrong, backup_check,
     backup_run },
@@ -308,6 +390,8 @@ static const struct subcommand subcommands[] = {
     verify_run },
   { "list", 1, LIST_SYNOPSIS, false, list_options_wrong, NULL, list_run },
   { "prune", 1, PRUNE_SYNOPSIS, true, prune_options_wrong, NULL, prune_run },
+  { "serve", 1, SERVE_SYNOPSIS, false, serve_options_wrong, serve_check,
+    serve_run },
 };
 #define NR_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
 
@@ -341,7 +425,9 @@ find_subcommand (const char *name)
 enum { OPT_FULL = 256, OPT_AT, OPT_COW_DIR, OPT_NO_VERIFY, OPT_DIFF,
        OPT_COMPRESS, OPT_ENCRYPT, OPT_KEY_FILE, OPT_ALL, OPT_KEEP_LAST,
        OPT_JSON, OPT_SSH_OPTION, OPT_REMOTE_SNAPFGCTL, OPT_PROGRESS,
-       OPT_TIMEOUT };
+       OPT_TIMEOUT, OPT_DISK, OPT_PRE_SNAPSHOT, OPT_POST_SNAPSHOT,
+       OPT_LIMIT_RATE, OPT_TCP, OPT_TLS, OPT_TLS_PSK, OPT_TLS_CERTIFICATES,
+       OPT_WRITABLE };
 
 static const struct option long_options[] = {
   { "socket", required_argument, NULL, 'S' },
@@ -363,6 +449,16 @@ static const struct option long_options[] = {
   { "remote-snapfgctl", required_argument, NULL, OPT_REMOTE_SNAPFGCTL },
   { "progress", required_argument, NULL, OPT_PROGRESS },
   { "timeout", required_argument, NULL, OPT_TIMEOUT },
+  { "disk", required_argument, NULL, OPT_DISK },
+  { "pre-snapshot", required_argument, NULL, OPT_PRE_SNAPSHOT },
+  { "post-snapshot", required_argument, NULL, OPT_POST_SNAPSHOT },
+  { "limit-rate", required_argument, NULL, OPT_LIMIT_RATE },
+  { "unix", required_argument, NULL, 'U' },
+  { "tcp", required_argument, NULL, OPT_TCP },
+  { "tls", required_argument, NULL, OPT_TLS },
+  { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
+  { "tls-certificates", required_argument, NULL, OPT_TLS_CERTIFICATES },
+  { "writable", no_argument, NULL, OPT_WRITABLE },
   { "help", no_argument, NULL, 'h' },
   { "version", no_argument, NULL, 'V' },
   { NULL, 0, NULL, 0 },
@@ -416,6 +512,24 @@ parse_valued_option (int c, struct backup_options *o)
       return EXIT_OK;
     tool_error ("--at: not a run number: %s", optarg);
     return EXIT_USAGE;
+  case OPT_LIMIT_RATE:
+    if (tool_parse_rate (optarg, &o->limit_rate) == 0)
+      return EXIT_OK;
+    fprintf (stderr, "snapfg-backup: --limit-rate: not a rate in bytes per "
+             "second (a number, optionally with K, M or G; at least 1K): "
+             "%s\n", optarg);
+    return EXIT_USAGE;
+  case OPT_DISK:
+    if (*optarg && strchr (optarg, '/') == NULL && strcmp (optarg, ".") != 0
+        && strcmp (optarg, "..") != 0) {
+      o->disks[o->ndisks++].name = optarg;
+      if (o->disk == NULL)
+        o->disk = optarg;
+      return EXIT_OK;
+    }
+    fprintf (stderr, "snapfg-backup: --disk %s: a disk's name is a file "
+             "name (no '/', not . or ..)\n", optarg);
+    return EXIT_USAGE;
   }
   abort ();
 }
@@ -428,11 +542,42 @@ parse_options (int argc, char *argv[], struct backup_options *o)
 {
   int c, status;
 
-  while ((c = getopt_long (argc, argv, "S:u:O:H:hV", long_options, NULL))
+  while ((c = getopt_long (argc, argv, "S:u:O:H:U:hV", long_options, NULL))
          != -1) {
     switch (c) {
-    case 'S': o->socket = optarg; break;
-    case 'u': o->uri = optarg; break;
+    /* After a --disk, -S and -u are that disk's. */
+    case 'S':
+      if (o->ndisks && o->disks[o->ndisks - 1].socket == NULL)
+        o->disks[o->ndisks - 1].socket = optarg;
+      else if (o->ndisks) {
+        fprintf (stderr, "snapfg-backup: -S %s: disk %s has its -S already: "
+                 "give each --disk NAME its own -S and -u\n", optarg,
+                 o->disks[o->ndisks - 1].name);
+        return EXIT_USAGE;
+      }
+      else
+        o->socket = optarg;
+      break;
+    case 'u':
+      if (o->ndisks && o->disks[o->ndisks - 1].uri == NULL)
+        o->disks[o->ndisks - 1].uri = optarg;
+      else if (o->ndisks) {
+        fprintf (stderr, "snapfg-backup: -u %s: disk %s has its -u already: "
+                 "give each --disk NAME its own -S and -u\n", optarg,
+                 o->disks[o->ndisks - 1].name);
+        return EXIT_USAGE;
+      }
+      else
+        o->uri = optarg;
+      break;
+    case 'U': o->serve_socket = optarg; break;
+    case OPT_TCP: o->tcp_port = optarg; break;
+    case OPT_TLS: o->tls = optarg; break;
+    case OPT_TLS_PSK: o->tls_psk = optarg; break;
+    case OPT_TLS_CERTIFICATES: o->tls_certificates = optarg; break;
+    case OPT_WRITABLE: o->writable = true; break;
+    case OPT_PRE_SNAPSHOT: o->pre_snapshot = optarg; break;
+    case OPT_POST_SNAPSHOT: o->post_snapshot = optarg; break;
     case 'O': o->format = optarg; break;
     case OPT_FULL: o->full = true; break;
     case OPT_COW_DIR: o->cow_dir = optarg; break;
@@ -446,7 +591,7 @@ parse_options (int argc, char *argv[], struct backup_options *o)
     case OPT_SSH_OPTION: o->ssh_options[o->nssh_options++] = optarg; break;
     case OPT_REMOTE_SNAPFGCTL: o->remote_snapfgctl = optarg; break;
     case OPT_PROGRESS: case OPT_TIMEOUT: case OPT_COMPRESS:
-    case OPT_KEEP_LAST: case OPT_AT:
+    case OPT_KEEP_LAST: case OPT_AT: case OPT_LIMIT_RATE: case OPT_DISK:
       status = parse_valued_option (c, o);
       if (status != EXIT_OK)
         return status;
@@ -487,6 +632,70 @@ check_command_line (const struct subcommand *sc, struct backup_options *o,
   return sc->check ? sc->check (o, operands) : EXIT_OK;
 }
 
+/* --disk NAME with a qcow2 backup directory REPO: the disk's chain is
+ * REPO/NAME (the layout a backup of several disks makes), and a single
+ * --disk's -S and -u are the command's.  serve, and backup with several
+ * --disks, look at the disks themselves.  EXIT_OK, or the exit status
+ * after a message.
+ */
+static int
+resolve_disk (const struct subcommand *sc, struct backup_options *o,
+              char **operands, char **disk_dir)
+{
+  struct backup_disk *d = &o->disks[0];
+
+  if (o->ndisks == 0 || strcmp (sc->name, "serve") == 0)
+    return EXIT_OK;
+  if (o->ndisks > 1) {
+    if (strcmp (sc->name, "backup") != 0) {
+      fprintf (stderr, "snapfg-backup: %s: one --disk at a time (only "
+               "backup takes several)\n", sc->name);
+      return EXIT_USAGE;
+    }
+    if (o->socket || o->uri) {
+      fprintf (stderr, "snapfg-backup: backup of several disks: give each "
+               "--disk NAME its own -S and -u after it, none before\n");
+      return EXIT_USAGE;
+    }
+    for (size_t i = 0; i < o->ndisks; ++i) {
+      if (o->disks[i].socket == NULL || o->disks[i].uri == NULL) {
+        fprintf (stderr, "snapfg-backup: --disk %s: give its -S CONTROL "
+                 "and -u NBD_URI after it\n", o->disks[i].name);
+        return EXIT_USAGE;
+      }
+      for (size_t j = 0; j < i; ++j)
+        if (strcmp (o->disks[i].name, o->disks[j].name) == 0) {
+          fprintf (stderr, "snapfg-backup: --disk %s is given twice\n",
+                   o->disks[i].name);
+          return EXIT_USAGE;
+        }
+    }
+    return EXIT_OK;
+  }
+  if ((d->socket && o->socket) || (d->uri && o->uri)) {
+    fprintf (stderr, "snapfg-backup: --disk %s: its -S and -u go either "
+             "before the command or after --disk, not both\n", d->name);
+    return EXIT_USAGE;
+  }
+  if (d->socket)
+    o->socket = d->socket;
+  if (d->uri)
+    o->uri = d->uri;
+  if (backup_is_repository (operands[0]))
+    return EXIT_OK;
+  if (strcmp (sc->name, "backup") == 0 &&
+      mkdir (operands[0], 0700) == -1 && errno != EEXIST) {
+    fprintf (stderr, "snapfg-backup: %s: %m\n", operands[0]);
+    return EXIT_FAILED;
+  }
+  if (asprintf (disk_dir, "%s/%s", operands[0], d->name) == -1) {
+    perror ("snapfg-backup");
+    return EXIT_FAILED;
+  }
+  operands[0] = *disk_dir;
+  return EXIT_OK;
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -496,6 +705,7 @@ main (int argc, char *argv[])
   struct sigaction sa = { .sa_handler = on_signal };
   const struct subcommand *sc;
   const char *cmd;
+  CLEANUP_FREE char *disk_dir = NULL;
   char names[256];
   int status;
 
@@ -512,8 +722,10 @@ main (int argc, char *argv[])
   }
   /* Freed on every way out of main, the early usage returns included. */
   CLEANUP_FREE char **ssh_options = calloc (argc + 1, sizeof *ssh_options);
+  CLEANUP_FREE struct backup_disk *disks = calloc (argc + 1, sizeof *disks);
   o.ssh_options = ssh_options;
-  if (o.ssh_options == NULL) {
+  o.disks = disks;
+  if (o.ssh_options == NULL || o.disks == NULL) {
     tool_error ("out of memory");
     return EXIT_FAILED;
   }
@@ -533,6 +745,11 @@ main (int argc, char *argv[])
     tool_error ("unknown command '%s' (%s; see snapfg-backup --help)", cmd,
                 subcommand_names (names, sizeof names));
     return EXIT_USAGE;
+  }
+  if (argc - optind == sc->operands) {
+    status = resolve_disk (sc, &o, &argv[optind], &disk_dir);
+    if (status != EXIT_OK)
+      return status;
   }
   status = check_command_line (sc, &o, argc - optind, &argv[optind]);
   if (status != EXIT_OK)

@@ -121,9 +121,11 @@ repo_command_line (int argc, char *argv[])
     else if (c == OPT_S3_CREDENTIALS)
       s3.credentials_file = optarg;
     /* Options only a repository has: its commands, even where REPO is
-     * not one (so that the error says so).
+     * not one (so that the error says so).  (--disk is not one: with a
+     * qcow2 backup directory it names the chain REPO/NAME, and backup
+     * takes several at one instant, snapfg-backup-group.c.)
      */
-    if (c == OPT_DISK || c == OPT_KEEP_HOURLY || c == OPT_KEEP_DAILY ||
+    if (c == OPT_KEEP_HOURLY || c == OPT_KEEP_DAILY ||
         c == OPT_KEEP_WEEKLY || c == OPT_KEEP_MONTHLY ||
         c == OPT_KEEP_YEARLY || c == OPT_DRY_RUN || c == OPT_GRACE ||
         c == OPT_S3_ENDPOINT || c == OPT_S3_CREDENTIALS)

@@ -529,6 +529,7 @@ repo_cmd_backup (struct repo_options *o, const char *location)
   job.sink = store_chunk;
   job.sink_opaque = &rr;
   job.what = "backup into the repository";
+  job.rate = o->b.limit_rate;
   if (getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER"))
     job.stop_after = strtoull (getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER"),
                                NULL, 10);

@@ -136,6 +136,7 @@ static int
 restore_to_stdout (struct restore *r)
 {
   uint64_t chunk = r->block > (1 << 20) ? r->block : (1 << 20);
+  double t0 = tool_now ();
   char *buf;
   int status = -1;
 
@@ -172,6 +173,13 @@ restore_to_stdout (struct restore *r)
     if (full_write (1, buf, len) < 0) {
       backup_error ("writing to standard output: %m");
       goto out;
+    }
+    /* --limit-rate: no faster than the rate, on average from the start. */
+    if (r->o->limit_rate) {
+      double ahead = (double) (off + len) / r->o->limit_rate
+        - (tool_now () - t0);
+      if (ahead > 0)
+        usleep ((useconds_t) (ahead * 1e6));
     }
   }
   status = 0;
@@ -220,6 +228,7 @@ restore_to_file (struct restore *r, const char *out)
   job.block = r->block;
   job.sums = got;
   job.what = "restore";
+  job.rate = r->o->limit_rate;
   if (copy_run (&job, err, sizeof err) == -1) {
     backup_error ("restoring run %" PRIu64 " to %s: %s", r->seq, out, err);
     goto out;

@@ -115,6 +115,8 @@ struct run {
   double t0;                    /* tool_now () at the snapshot */
   bool snapshot_made, checkpoint_made, image_made, recorded, empty;
   bool forced_full;             /* a full because a verify failed */
+  const char *group;            /* the runs taken at the same instant */
+  json_t *group_info;           /* and what the manifest says of them */
   /* The image, made by a thread while the copy is prepared. */
   pthread_t image_thread;
   bool image_started;           /* the thread runs, or ran */
@@ -403,11 +405,9 @@ run_start_sums (struct run *r)
  * reachable first, so that a run that cannot copy changes nothing).
  */
 static int
-run_take_snapshot (struct run *r)
+run_connect (struct run *r)
 {
   unsigned char rnd[2];
-  json_t *req, *reply;
-  char err[512];
 
   r->src[0] = connect_server (r->o->session->data_uri,
                              r->o->session->data_what, r->kind == RUN_FULL);
@@ -425,6 +425,18 @@ run_take_snapshot (struct run *r)
             : r->kind == RUN_INCREMENTAL ? "incr" : "diff");
   snprintf (r->partial, sizeof r->partial, "%s.partial", r->image);
   snprintf (r->sums_name, sizeof r->sums_name, "%04u.sums", r->seq);
+  return 0;
+}
+
+/* 5b. The create itself (with several disks, while every server holds
+ * its writes).
+ */
+static int
+run_take_snapshot (struct run *r)
+{
+  json_t *req, *reply;
+  char err[512];
+
   req = control_request (CONTROL_CREATE);
   control_request_set_string (req, "name", r->name);
   control_request_set_string (req, "checkpoint", r->name);
@@ -639,6 +651,7 @@ run_copy (struct run *r)
   r->job.what = r->kind == RUN_FULL ? "full backup"
               : r->kind == RUN_INCREMENTAL ? "incremental backup"
               : "differential backup";
+  r->job.rate = r->o->limit_rate;
   stop_env = getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER");
   if (stop_env)
     r->job.stop_after = strtoull (stop_env, NULL, 10);
@@ -760,6 +773,11 @@ run_record (struct run *r)
     json_object_set_new (run, "encrypted", json_true ());
   if (r->forced_full)
     json_object_set_new (run, "full_because", json_string ("verify_failed"));
+  if (r->group) {
+    json_object_set_new (run, "group", json_string (r->group));
+    if (r->group_info)
+      json_object_update (run, r->group_info);
+  }
   if (r->access.compress && !r->empty)
     json_object_set_new (run, "compression", json_string (r->access.compress));
   json_array_append_new (r->runs, run);
@@ -880,52 +898,129 @@ run_cow_dir (struct run *r)
   return 0;
 }
 
+/* The phases of a run, for cmd_backup and for a backup of several
+ * disks at one instant (snapfg-backup-group.c): prepare every disk's,
+ * take every snapshot while the servers hold their writes, then
+ * complete each.
+ */
+struct run *
+run_new (const struct backup_options *o, const char *dir_path)
+{
+  struct run *r = calloc (1, sizeof *r);
+
+  if (r == NULL) {
+    backup_error ("out of memory");
+    return NULL;
+  }
+  r->o = o;
+  r->dir_path = dir_path;
+  r->d.fd = r->d.lock_fd = -1;
+  r->image_fd = -1;
+  return r;
+}
+
+/* Steps 1 to 4, and the connection to the server.  An exit status. */
+int
+run_prepare (struct run *r)
+{
+  int s;
+
+  if (run_cow_dir (r) == -1 || run_open_dir (r) == -1)
+    return EXIT_FAILED;
+  if ((s = run_choose_kind (r)) != 0)
+    return s;
+  if ((s = run_inspect_server (r)) != 0)
+    return s < 0 ? EXIT_FAILED : s;
+  if ((s = run_start_sums (r)) != 0)
+    return s;
+  if ((s = run_connect (r)) != 0)
+    return s < 0 ? EXIT_FAILED : s;
+  return EXIT_OK;
+}
+
+int
+run_snapshot (struct run *r)
+{
+  int s = run_take_snapshot (r);
+
+  return s < 0 ? EXIT_FAILED : s;
+}
+
+/* Steps 6 to 9: the copy and the record (as part of GROUP, if not
+ * NULL, with INFO's members in the run's record too).
+ */
+int
+run_complete (struct run *r, const char *group, json_t *info)
+{
+  int s;
+
+  r->group = group;
+  r->group_info = info;
+  if (r->kind == RUN_FULL)
+    run_start_image (r);
+  if ((s = run_find_ranges (r)) != 0)
+    return s;
+  if (!r->empty && run_copy (r) == -1)
+    return run_lost_server (r) ? EXIT_UNREACHABLE : EXIT_FAILED;
+  if (run_record (r) == -1)
+    return EXIT_FAILED;
+  run_drop_old_checkpoints (r);
+  backup_report_run (json_array_get (r->runs, json_array_size (r->runs) - 1),
+                     r->dir_path, tool_now () - r->t0);
+  return EXIT_OK;
+}
+
+unsigned
+run_seq (const struct run *r)
+{
+  return r->seq;
+}
+
+const char *
+run_snapshot_name (const struct run *r)
+{
+  return r->name;
+}
+
+/* The run's record, once complete (NULL before). */
+json_t *
+run_record_json (const struct run *r)
+{
+  return r->recorded
+    ? json_array_get (r->runs, json_array_size (r->runs) - 1) : NULL;
+}
+
+/* Clean up (a failed run leaves the server and directory as it found
+ * them) and free.
+ */
+void
+run_end (struct run *r, bool ok)
+{
+  if (r == NULL)
+    return;
+  run_cleanup (r, ok);
+  free (r);
+}
+
 int
 cmd_backup (const struct backup_options *o, const char *dir_path)
 {
-  struct run r = { .o = o, .dir_path = dir_path,
-                   .d = { .fd = -1, .lock_fd = -1 }, .image_fd = -1 };
-  int status = EXIT_FAILED, s;
+  struct run *r = run_new (o, dir_path);
+  int status;
 
-  if (run_cow_dir (&r) == -1 || run_open_dir (&r) == -1)
-    goto out;
-  if ((s = run_choose_kind (&r)) != 0) {
-    status = s;
-    goto out;
-  }
-  if ((s = run_inspect_server (&r)) != 0) {
-    status = s < 0 ? EXIT_FAILED : s;
-    goto out;
-  }
-  if ((s = run_start_sums (&r)) != 0) {
-    status = s;
-    goto out;
-  }
-  if ((s = run_take_snapshot (&r)) != 0) {
-    status = s < 0 ? EXIT_FAILED : s;
-    goto out;
-  }
-  if (r.kind == RUN_FULL)
-    run_start_image (&r);
-  if ((s = run_find_ranges (&r)) != 0) {
-    status = s;
-    goto out;
-  }
-  if (!r.empty && run_copy (&r) == -1)
-    goto out;
-  if (run_record (&r) == -1)
-    goto out;
-  status = EXIT_OK;
-  run_drop_old_checkpoints (&r);
-  backup_report_run (json_array_get (r.runs, json_array_size (r.runs) - 1),
-                     dir_path, tool_now () - r.t0);
- out:
+  if (r == NULL)
+    return EXIT_FAILED;
+  status = run_prepare (r);
+  if (status == EXIT_OK)
+    status = run_snapshot (r);
+  if (status == EXIT_OK)
+    status = run_complete (r, NULL, NULL);
   /* A run that failed because the server went away says so (4), as a
    * run that could not reach it at all does.
    */
-  if (status == EXIT_FAILED && run_lost_server (&r))
+  if (status == EXIT_FAILED && run_lost_server (r))
     status = EXIT_UNREACHABLE;
-  run_cleanup (&r, status == EXIT_OK);
+  run_end (r, status == EXIT_OK);
   return status;
 }
 

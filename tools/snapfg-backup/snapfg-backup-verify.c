@@ -250,9 +250,9 @@ cmd_list (const struct backup_options *o, const char *dir_path)
     return EXIT_FAILED;
   }
   if (!o->json)
-    printf ("%-5s %-12s %-20s %9s %14s %14s %-10s %s\n", "RUN", "TYPE",
+    printf ("%-5s %-12s %-20s %9s %14s %14s %-10s %-32s %s\n", "RUN", "TYPE",
             "STARTED", "DURATION", "BYTES_COPIED", "IMAGE_SIZE", "VERIFIED",
-            "CHECKPOINT");
+            "CHECKPOINT", "GROUP");
   json_array_foreach (json_object_get (manifest, "runs"), i, run) {
     bool empty = json_is_true (json_object_get (run, "empty"));
     const char *verified = json_str (run, "verified");
@@ -263,8 +263,8 @@ cmd_list (const struct backup_options *o, const char *dir_path)
     if (!empty && run_image (run) &&
         fstatat (d.fd, run_image (run), &st, AT_SYMLINK_NOFOLLOW) == 0)
       image_size = st.st_size;
-    if (o->json)
-      json_array_append_new (out, json_pack (
+    if (o->json) {
+      json_t *x = json_pack (
         "{s:I, s:s, s:s?, s:I, s:I, s:s?, s:I, s:b, s:s?, s:b, s:b, s:b,"
         " s:s?, s:s?}",
         "seq", (json_int_t) json_u64 (run, "seq"),
@@ -280,17 +280,28 @@ cmd_list (const struct backup_options *o, const char *dir_path)
         "encrypted", json_is_true (json_object_get (run, "encrypted")),
         "verified", verified != NULL,
         "verified_at", verified,
-        "verify_failed", json_str (run, "verify_failed")));
+        "verify_failed", json_str (run, "verify_failed"));
+      /* The runs of other disks taken at the same instant share it. */
+      if (x && json_str (run, "group")) {
+        json_object_set (x, "group", json_object_get (run, "group"));
+        if (json_object_get (run, "group_disks"))
+          json_object_set (x, "group_disks",
+                           json_object_get (run, "group_disks"));
+        if (json_object_get (run, "held_ms"))
+          json_object_set (x, "held_ms", json_object_get (run, "held_ms"));
+      }
+      json_array_append_new (out, x);
+    }
     else
       printf ("%-5" PRIu64 " %-12s %-20s %8" PRIu64 "s %14" PRIu64
-              " %14" PRId64 " %-10s %s\n", json_u64 (run, "seq"),
+              " %14" PRId64 " %-10s %-32s %s\n", json_u64 (run, "seq"),
               empty ? "empty" : json_str (run, "type") ? json_str (run, "type")
               : "?", json_str (run, "time") ? json_str (run, "time") : "?",
               duration, json_u64 (run, "bytes_copied"), (int64_t) image_size,
               verified ? "yes" : json_str (run, "verify_failed") ? "FAILED"
               : "no",
               json_str (run, "checkpoint") ? json_str (run, "checkpoint")
-              : "-");
+              : "-", json_str (run, "group") ? json_str (run, "group") : "-");
   }
   if (o->json)
     tool_json_result (json_pack ("{s:s, s:s?, s:o}", "dir", dir_path,

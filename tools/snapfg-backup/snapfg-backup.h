@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <signal.h>
+#include <limits.h>
 #include <pthread.h>
 
 #include <jansson.h>
@@ -88,19 +89,71 @@ struct backup_options {
   long keep_last;               /* prune: --keep-last N (-1: not given) */
   bool json;                    /* --json: one JSON document on stdout */
 
+  /* Several disks at one instant (backup REPO --disk NAME -S C -u U
+   * [--disk ...]): each --disk with the -S and -u that follow it.  One
+   * --disk without its own -S/-u takes the global ones.
+   */
+  struct backup_disk *disks;
+  size_t ndisks;
+  const char *disk;             /* the first --disk (serve, restore...) */
+  const char *pre_snapshot;     /* --pre-snapshot CMD */
+  const char *post_snapshot;    /* --post-snapshot CMD */
+  uint64_t limit_rate;          /* --limit-rate: bytes/s, 0: none */
+
+  /* serve */
+  const char *serve_socket;     /* -U SOCKET */
+  const char *tcp_port;         /* --tcp PORT */
+  const char *tls;              /* --tls=on|require|off */
+  const char *tls_psk;          /* --tls-psk=FILE */
+  const char *tls_certificates; /* --tls-certificates=DIR */
+  bool writable;                /* --writable */
+
   /* The session with the server (snapfg-backup-session.c), open while a
    * command that talks to it runs.
    */
   struct backup_session *session;
 };
 
-/* The two commands; each returns an exit status. */
+/* One disk of a backup of several (--disk NAME -S CONTROL -u URI). */
+struct backup_disk {
+  const char *name;
+  const char *socket;
+  const char *uri;
+};
+
+/* The commands; each returns an exit status. */
 extern int cmd_backup (const struct backup_options *o, const char *dir_path);
 extern int cmd_restore (const struct backup_options *o, const char *dir_path,
                         const char *out);
 extern int cmd_verify (const struct backup_options *o, const char *dir_path);
 extern int cmd_list (const struct backup_options *o, const char *dir_path);
 extern int cmd_prune (const struct backup_options *o, const char *dir_path);
+/* One run in phases (snapfg-backup-run.c), for a backup of several
+ * disks at one instant (snapfg-backup-group.c, cmd_backup_group): every
+ * disk's run prepared (its directory, kind, server, connection), then
+ * every snapshot taken while the servers hold writes, then each run
+ * completed (copy, record).  Each returns an exit status; run_end
+ * cleans up (on failure: the snapshot and checkpoint dropped) and frees.
+ */
+struct run;
+extern struct run *run_new (const struct backup_options *o,
+                            const char *dir_path);
+extern int run_prepare (struct run *r);
+extern int run_snapshot (struct run *r);
+extern int run_complete (struct run *r, const char *group, json_t *info);
+extern void run_end (struct run *r, bool ok);
+extern unsigned run_seq (const struct run *r);
+extern const char *run_snapshot_name (const struct run *r);
+extern json_t *run_record_json (const struct run *r);
+/* backup with several --disks, or with --pre-snapshot/--post-snapshot. */
+extern int cmd_backup_group (struct backup_options *o, const char *repo);
+
+/* serve (snapfg-backup-serve.c): becomes nbdkit; returns on failure. */
+extern int cmd_serve (const struct backup_options *o, const char *repo);
+/* Is LOCATION a repository (its config file, or s3://), not a qcow2
+ * backup directory?
+ */
+extern bool backup_is_repository (const char *location);
 
 
 /* Run ARGV (no shell) with stdout to /dev/null; in DIR if not NULL.
@@ -290,6 +343,8 @@ struct copy_job {
                uint64_t *stored);
   void *sink_opaque;
   unsigned threads;             /* the pool's threads (0: the default) */
+  uint64_t rate;                /* --limit-rate: bytes read per second at
+                                   most (a token bucket); 0: no limit */
 
   /* Results. */
   uint64_t bytes_read, bytes_written, bytes_zeroed;
@@ -369,6 +424,18 @@ extern int image_create (int dirfd, const char *dir, const char *name,
 /* Open DIR/NAME, a qcow2 image over DEPTH - 1 backing images, through
  * qemu-nbd (read-only, or writable with A's compression).
  */
+/* The qemu-nbd command line that image_open runs (the serve command
+ * hands it to nbdkit's nbd plugin): argv points into the struct.
+ */
+struct qemu_nbd_args {
+  char *argv[12];
+  char path[PATH_MAX];
+  char opts[PATH_MAX * 2 + 4096];
+  char secret[PATH_MAX * 2 + 64];
+};
+extern void image_qemu_nbd_args (const char *dir, const char *name,
+                                 size_t depth, const struct image_access *a,
+                                 bool readonly, struct qemu_nbd_args *q);
 extern struct nbd_handle *image_open (const char *dir, const char *name,
                                       size_t depth,
                                       const struct image_access *a,

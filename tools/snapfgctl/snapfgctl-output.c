@@ -73,6 +73,11 @@ print_human (const struct control_command *c, const struct cmdline *cl,
               PRIu64 " connections\n", get_str (x, "path"),
               get_u64 (x, "size"), get_u64 (x, "block_size"),
               get_u64 (x, "connections"));
+    if (x && json_is_true (json_object_get (x, "suspended")))
+      printf ("origin writes are held (suspend %" PRIu64 ", %" PRIu64
+              " ms so far, %" PRIu64 " ms left)\n",
+              get_u64 (x, "suspend_id"), get_u64 (x, "suspended_ms"),
+              get_u64 (x, "suspend_remaining_ms"));
     json_array_foreach (json_object_get (r, "snapshots"), i, x)
       print_snapshot (x);
     break;
@@ -157,6 +162,24 @@ print_human (const struct control_command *c, const struct cmdline *cl,
               get_u64 (x, "writeback_origin_errors"),
               get_u64 (x, "writeback_errors_unseen"));
     }
+    /* The origin's suspend, on a line of its own. */
+    json_array_foreach (json_object_get (r, "exports"), i, x) {
+      if (json_object_get (x, "suspended") == NULL)
+        continue;
+      if (json_is_true (json_object_get (x, "suspended")))
+        printf ("suspended (suspend %" PRIu64 ") for %" PRIu64 " ms, %"
+                PRIu64 " ms left; %" PRIu64 " origin writes waiting",
+                get_u64 (x, "suspend_id"), get_u64 (x, "suspended_ms"),
+                get_u64 (x, "suspend_remaining_ms"),
+                get_u64 (x, "suspend_waiting"));
+      else
+        printf ("not suspended");
+      printf ("; %" PRIu64 " suspends (%" PRIu64 " ended by their timeout), %"
+              PRIu64 " ms in all, %" PRIu64 " origin writes held\n",
+              get_u64 (x, "suspends"), get_u64 (x, "suspend_timeouts"),
+              get_u64 (x, "suspended_ms_total"),
+              get_u64 (x, "suspend_held_writes"));
+    }
     break;
   case CONTROL_CREATE:
     x = json_object_get (r, "snapshot");
@@ -175,6 +198,22 @@ print_human (const struct control_command *c, const struct cmdline *cl,
     if (option_value (cl, "wait") == NULL)
       printf ("merging snapshot %s into the origin (snapfgctl status shows "
               "the progress)\n", name);
+    break;
+  case CONTROL_SUSPEND:
+    printf ("suspended (suspend %" PRIu64 "): new origin writes wait until "
+            "resume, or %.1f s from now\n", get_u64 (r, "suspend_id"),
+            get_u64 (r, "timeout_ms") / 1000.0);
+    break;
+  case CONTROL_RESUME:
+    if (json_is_true (json_object_get (r, "resumed")))
+      printf ("resumed suspend %" PRIu64 " after %" PRIu64 " ms (%" PRIu64
+              " origin writes were waiting)\n", get_u64 (r, "suspend_id"),
+              get_u64 (r, "held_ms"), get_u64 (r, "waiting"));
+    else if (json_is_true (json_object_get (r, "timed_out")))
+      printf ("not suspended: suspend %" PRIu64 " had ended by its "
+              "timeout\n", get_u64 (r, "suspend_id"));
+    else
+      printf ("not suspended\n");
     break;
   case CONTROL_FLUSH:
     printf ("flushed: every write acknowledged so far is on the origin "
