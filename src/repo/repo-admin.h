@@ -63,6 +63,13 @@ extern int repo_put_chunk (struct repo *r,
                            const unsigned char id[REPO_DIGEST_LEN],
                            const void *plain, size_t len, int zstd_level,
                            bool replace, uint64_t *stored);
+
+/* Make every chunk repo_put_chunk stored durable and visible under its
+ * name (the store's sync; nothing to do for a store whose puts are
+ * durable at once).  Called after the last repo_put_chunk of a run and
+ * before its index is committed.  0 or negative errno.
+ */
+extern int repo_sync (struct repo *r);
 /* Read and check chunk id into buf (repo_get_chunk_size bytes). */
 extern int repo_read_chunk_id (struct repo *r,
                                const unsigned char id[REPO_DIGEST_LEN],

@@ -204,6 +204,13 @@ repo_gc (struct repo *r, int64_t grace, bool dry_run,
     repo_damaged_key (id, dkey);
     s->ops->del (s, dkey);
   }
+  /* What crashed puts left: a put still going belongs to a live writer,
+   * so its file is newer than the cutoff.
+   */
+  if (s->ops->clean_partial &&
+      (ret = s->ops->clean_partial (s, res->cutoff, dry_run,
+                                    &res->partial)) < 0)
+    goto out;
  out:
   free (marked.ids);
   free (sw.candidates.ids);

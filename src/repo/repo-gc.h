@@ -17,6 +17,8 @@ struct repo_gc_result {
   uint64_t removed, removed_bytes;
   uint64_t recent;              /* unreferenced, kept: newer than cutoff */
   uint64_t writers;             /* live backups seen */
+  uint64_t partial;             /* files of puts a crash cut short,
+                                 * older than cutoff: removed */
   int64_t cutoff;               /* unreferenced chunks older are removed */
 };
 
@@ -24,7 +26,9 @@ struct repo_gc_result {
  * not referenced whose mtime is older than the cutoff: the earlier of
  * gc's start and the start of the oldest live writer, less grace
  * seconds.  See "Garbage collection" in docs/repository.md for why a
- * running backup never loses a chunk.  An index that cannot be read
+ * running backup never loses a chunk.  The partial files of puts a
+ * crash cut short (directory back end), older than the cutoff, go too.
+ * An index that cannot be read
  * stops gc before anything is removed.
  */
 extern int repo_gc (struct repo *r, int64_t grace, bool dry_run,

@@ -398,6 +398,9 @@ repo_index_commit (struct repo *r, struct repo_index *ix, long *run)
   size_t n;
   int ret;
 
+  /* Never an index naming a chunk still in the store's batch. */
+  if ((ret = repo_sync (r)) < 0)
+    return ret;
   if ((ret = repo_list_runs (r, ix->disk, &runs, &n)) < 0)
     return ret;
   ix->run = n ? runs[n - 1] + 1 : 1;

@@ -12,7 +12,18 @@
  * the name exists (whatever it is): two writers that put the same key
  * at once agree on one winner, and a crash never leaves a torn object
  * under its name.  Temporary files are ".tmp.*", never listed; gc removes
- * the ones a crash left.
+ * the ones a crash left (clean_partial).
+ *
+ * A run's chunks go in one batch (put_unsynced, then sync): each chunk
+ * is written under its temporary name with its writeback started
+ * (sync_file_range) but not waited for, and only sync gives the names:
+ * one syncfs(2) makes every temporary file durable, then each is linked
+ * under its name, then a second syncfs makes the names durable.  An
+ * fsync per chunk and per directory (measured: about half of a full
+ * run's time on this machine) becomes two syncfs per run, and the rule
+ * stays: a name only ever holds a complete, durable object, so an index
+ * committed after sync names only durable chunks, and a crash leaves
+ * only temporary files.
  */
 
 #include <config.h>
@@ -25,6 +36,8 @@
 #include <dirent.h>
 #include <limits.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <time.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 
@@ -37,9 +50,17 @@
 
 #define TMP_PREFIX ".tmp."
 
+/* A put_unsynced waiting for sync: its temporary file and its name. */
+struct pending_put {
+  char *tmp, *key;
+};
+
 struct dir_store {
   struct repo_store s;          /* first: the generic part */
   int dirfd;
+  pthread_mutex_t lock;         /* protects pending */
+  struct pending_put *pending;
+  size_t npending, cap;
 };
 
 static int
@@ -78,9 +99,11 @@ sync_dir_at (int dirfd, const char *path)
   return r;
 }
 
-/* Make the directories of key (each 0700, synced into its parent). */
+/* Make the directories of key (each 0700, synced into its parent
+ * unless the caller syncs the whole store later).
+ */
 static int
-make_parents (struct repo_store *s, const char *key)
+make_parents (struct repo_store *s, const char *key, bool sync_new)
 {
   char path[PATH_MAX];
   char *p;
@@ -89,7 +112,8 @@ make_parents (struct repo_store *s, const char *key)
     return bad_key (s, key);
   for (p = strchr (path, '/'); p; p = strchr (p + 1, '/')) {
     *p = '\0';
-    if (mkdirat (dir_fd (s), path, 0700) == 0) {
+    errno = 0;
+    if (mkdirat (dir_fd (s), path, 0700) == 0 && sync_new) {
       char *slash = strrchr (path, '/');
       int r;
       if (slash) {
@@ -102,7 +126,7 @@ make_parents (struct repo_store *s, const char *key)
       if (r < 0)
         return io_error (s, path, "fsync of its directory", -r);
     }
-    else if (errno != EEXIST)
+    else if (errno && errno != EEXIST)
       return io_error (s, path, "mkdir", errno);
     *p = '/';
   }
@@ -122,22 +146,20 @@ parent_of (const char *key, char *dir, size_t len)
   dir[n] = '\0';
 }
 
+/* Write buf into a new temporary file beside key (in parent), its name
+ * into tmp: synced, or with its writeback only started.
+ */
 static int
-dir_put (struct repo_store *s, const char *key, const void *buf, size_t len,
-         bool if_absent)
+write_temporary (struct repo_store *s, const char *key, const char *parent,
+                 const void *buf, size_t len, bool sync, char *tmp,
+                 size_t tmp_len)
 {
-  char tmp[PATH_MAX + 32], parent[PATH_MAX];
   unsigned char rnd[8];
-  int fd, r;
+  int fd;
 
-  if (!repo_key_is_valid (key))
-    return bad_key (s, key);
-  if ((r = make_parents (s, key)) < 0)
-    return r;
-  parent_of (key, parent, sizeof parent);
   if (getrandom (rnd, sizeof rnd, 0) != sizeof rnd)
     return io_error (s, key, "getrandom", errno);
-  snprintf (tmp, sizeof tmp, "%s%s" TMP_PREFIX
+  snprintf (tmp, tmp_len, "%s%s" TMP_PREFIX
             "%02x%02x%02x%02x%02x%02x%02x%02x",
             parent, *parent ? "/" : "", rnd[0], rnd[1], rnd[2], rnd[3],
             rnd[4], rnd[5], rnd[6], rnd[7]);
@@ -154,13 +176,33 @@ dir_put (struct repo_store *s, const char *key, const void *buf, size_t len,
   }
   if (fd < 0)
     return io_error (s, tmp, "create", -fd);
-  if (full_write (fd, buf, len) == -1 || fsync (fd) == -1) {
+  if (full_write (fd, buf, len) == -1 ||
+      (sync ? fsync (fd)
+       : sync_file_range (fd, 0, 0, SYNC_FILE_RANGE_WRITE)) == -1) {
     int e = errno;
     close (fd);
     unlinkat (dir_fd (s), tmp, 0);
     return io_error (s, key, "write", e);
   }
   close (fd);
+  return 0;
+}
+
+static int
+dir_put (struct repo_store *s, const char *key, const void *buf, size_t len,
+         bool if_absent)
+{
+  char tmp[PATH_MAX + 32], parent[PATH_MAX];
+  int r;
+
+  if (!repo_key_is_valid (key))
+    return bad_key (s, key);
+  if ((r = make_parents (s, key, true)) < 0)
+    return r;
+  parent_of (key, parent, sizeof parent);
+  if ((r = write_temporary (s, key, parent, buf, len, true, tmp,
+                            sizeof tmp)) < 0)
+    return r;
 
   if (if_absent) {
     r = linkat (dir_fd (s), tmp, dir_fd (s), key, 0) == -1 ? errno : 0;
@@ -335,11 +377,188 @@ dir_list (struct repo_store *s, const char *prefix, repo_list_fn fn,
   return walk (s, start, prefix, fn, opaque);
 }
 
+static bool
+is_pending (struct dir_store *ds, const char *key)
+{
+  for (size_t i = 0; i < ds->npending; ++i)
+    if (strcmp (ds->pending[i].key, key) == 0)
+      return true;
+  return false;
+}
+
+static int
+dir_put_unsynced (struct repo_store *s, const char *key, const void *buf,
+                  size_t len)
+{
+  struct dir_store *ds = (struct dir_store *) s;
+  char tmp[PATH_MAX + 32], parent[PATH_MAX];
+  struct stat st;
+  struct pending_put p;
+  int r;
+
+  if (!repo_key_is_valid (key))
+    return bad_key (s, key);
+  if (fstatat (dir_fd (s), key, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return -EEXIST;
+  /* Claimed first, so that two threads storing one chunk write it once. */
+  p.key = strdup (key);
+  p.tmp = NULL;
+  if (p.key == NULL)
+    return io_error (s, key, "malloc", ENOMEM);
+  pthread_mutex_lock (&ds->lock);
+  if (is_pending (ds, key)) {
+    pthread_mutex_unlock (&ds->lock);
+    free (p.key);
+    return -EEXIST;
+  }
+  if (ds->npending == ds->cap) {
+    size_t cap = ds->cap * 2 + 64;
+    struct pending_put *n = realloc (ds->pending, cap * sizeof *n);
+    if (n == NULL) {
+      pthread_mutex_unlock (&ds->lock);
+      free (p.key);
+      return io_error (s, key, "malloc", ENOMEM);
+    }
+    ds->pending = n;
+    ds->cap = cap;
+  }
+  ds->pending[ds->npending++] = p;
+  pthread_mutex_unlock (&ds->lock);
+
+  parent_of (key, parent, sizeof parent);
+  if ((r = make_parents (s, key, false)) == 0)
+    r = write_temporary (s, key, parent, buf, len, false, tmp, sizeof tmp);
+  pthread_mutex_lock (&ds->lock);
+  for (size_t i = 0; i < ds->npending; ++i)
+    if (strcmp (ds->pending[i].key, key) == 0) {
+      if (r == 0 && (ds->pending[i].tmp = strdup (tmp)) == NULL) {
+        unlinkat (dir_fd (s), tmp, 0);
+        r = io_error (s, key, "malloc", ENOMEM);
+      }
+      if (r < 0) {
+        free (ds->pending[i].key);
+        ds->pending[i] = ds->pending[--ds->npending];
+      }
+      break;
+    }
+  pthread_mutex_unlock (&ds->lock);
+  return r;
+}
+
+/* Forget the batch, removing the temporary files not named. */
+static void
+drop_pending (struct dir_store *ds)
+{
+  for (size_t i = 0; i < ds->npending; ++i) {
+    if (ds->pending[i].tmp)
+      unlinkat (ds->dirfd, ds->pending[i].tmp, 0);
+    free (ds->pending[i].tmp);
+    free (ds->pending[i].key);
+  }
+  ds->npending = 0;
+}
+
+static int
+dir_sync (struct repo_store *s)
+{
+  struct dir_store *ds = (struct dir_store *) s;
+  int r = 0;
+
+  pthread_mutex_lock (&ds->lock);
+  if (ds->npending == 0)
+    goto out;
+  /* 1. The contents, all at once. */
+  if (syncfs (ds->dirfd) == -1) {
+    r = io_error (s, ds->pending[0].key, "syncfs of the repository's "
+                  "file system", errno);
+    goto out;
+  }
+  /* 2. The names: link(2), as put with if_absent; an object another
+   * writer stored under the name meanwhile has the same content.
+   */
+  for (size_t i = 0; i < ds->npending; ++i) {
+    struct pending_put *p = &ds->pending[i];
+    if (p->tmp == NULL)
+      continue;                 /* a put still going: not ours to name */
+    if (linkat (ds->dirfd, p->tmp, ds->dirfd, p->key, 0) == -1 &&
+        errno != EEXIST && r == 0)
+      r = io_error (s, p->key, "link", errno);
+  }
+  /* 3. The names, durable. */
+  if (r == 0 && syncfs (ds->dirfd) == -1)
+    r = io_error (s, ds->pending[0].key, "syncfs of the repository's "
+                  "file system", errno);
+ out:
+  drop_pending (ds);
+  pthread_mutex_unlock (&ds->lock);
+  return r;
+}
+
+/* Remove the temporary files older than older_than under path. */
+static int
+clean_walk (struct repo_store *s, const char *path, int64_t older_than,
+            bool dry_run, uint64_t *count)
+{
+  int fd = openat (dir_fd (s), *path ? path : ".",
+                   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d;
+  struct dirent *e;
+  int r = 0;
+
+  if (fd == -1)
+    return errno == ENOENT || errno == ENOTDIR ? 0
+      : io_error (s, *path ? path : ".", "open", errno);
+  d = fdopendir (fd);
+  if (d == NULL) {
+    close (fd);
+    return io_error (s, path, "opendir", errno);
+  }
+  while (r == 0 && (e = readdir (d)) != NULL) {
+    char name[PATH_MAX];
+    struct stat st;
+
+    if (strcmp (e->d_name, ".") == 0 || strcmp (e->d_name, "..") == 0)
+      continue;
+    if (snprintf (name, sizeof name, "%s%s%s", path, *path ? "/" : "",
+                  e->d_name) >= (int) sizeof name)
+      continue;
+    if (fstatat (dir_fd (s), name, &st, AT_SYMLINK_NOFOLLOW) == -1)
+      continue;
+    if (S_ISDIR (st.st_mode) && e->d_name[0] != '.')
+      r = clean_walk (s, name, older_than, dry_run, count);
+    else if (S_ISREG (st.st_mode) &&
+             strncmp (e->d_name, TMP_PREFIX, strlen (TMP_PREFIX)) == 0 &&
+             st.st_mtim.tv_sec < older_than) {
+      if (!dry_run && unlinkat (dir_fd (s), name, 0) == -1 &&
+          errno != ENOENT)
+        r = io_error (s, name, "unlink", errno);
+      else
+        (*count)++;
+    }
+  }
+  closedir (d);
+  return r;
+}
+
+static int
+dir_clean_partial (struct repo_store *s, int64_t older_than, bool dry_run,
+                   uint64_t *count)
+{
+  *count = 0;
+  return clean_walk (s, "", older_than, dry_run, count);
+}
+
 static void
 dir_close (struct repo_store *s)
 {
+  struct dir_store *ds = (struct dir_store *) s;
+
   if (s == NULL)
     return;
+  /* A batch never synced (a run that failed): its files go. */
+  drop_pending (ds);
+  free (ds->pending);
+  pthread_mutex_destroy (&ds->lock);
   close (dir_fd (s));
   free (s->location);
   free (s);
@@ -354,6 +573,9 @@ static const struct repo_store_ops dir_ops = {
   .del = dir_del,
   .list = dir_list,
   .close = dir_close,
+  .put_unsynced = dir_put_unsynced,
+  .sync = dir_sync,
+  .clean_partial = dir_clean_partial,
 };
 
 int
@@ -385,6 +607,7 @@ repo_store_dir_open (const char *path, bool create, struct repo_store **sp)
   }
   ds->s.ops = &dir_ops;
   ds->dirfd = fd;
+  pthread_mutex_init (&ds->lock, NULL);
   *sp = &ds->s;
   return 0;
 }

@@ -5,7 +5,8 @@
  * A repository (docs/repository.md) is a set of named objects: chunks,
  * run indexes, the repository's config.  Two back ends keep them: a
  * local directory (repo-store-dir.c, written by the file rules of
- * design section 6 and synced before a put returns) and an S3-compatible
+ * design section 6 and synced before a put returns, or for a batch of
+ * chunks by one sync) and an S3-compatible
  * object store (repo-store-s3.c, AWS Signature V4 through libcurl).
  * Everything above this interface is the same for both.
  *
@@ -69,6 +70,31 @@ struct repo_store_ops {
                repo_list_fn fn, void *opaque);
 
   void (*close) (struct repo_store *s);
+
+  /* Optional members (NULL in a back end whose put is durable when it
+   * returns, as S3's is once acknowledged): a batch of puts made durable
+   * by one sync instead of one each.
+   *
+   * put_unsynced: like put with if_absent, but neither durable nor
+   * visible under its name until the next sync: a reader, head or touch
+   * does not see it before.  -EEXIST if the key exists already or is
+   * pending in this batch.  A crash before the sync leaves no object
+   * under the name (only partial files, which clean_partial removes).
+   *
+   * sync: every put_unsynced since the last sync made durable and given
+   * its name (an object another writer stored meanwhile is kept: same
+   * key, same content), durably.  0 or the first error.
+   *
+   * clean_partial: remove what puts that never finished (a crash) left,
+   * if it is older than the time given (seconds since the epoch; a put
+   * still going is younger); *count is the number removed (or that
+   * would be, with dry_run).
+   */
+  int (*put_unsynced) (struct repo_store *s, const char *key,
+                       const void *buf, size_t len);
+  int (*sync) (struct repo_store *s);
+  int (*clean_partial) (struct repo_store *s, int64_t older_than,
+                        bool dry_run, uint64_t *count);
 };
 
 struct repo_store {

@@ -470,17 +470,33 @@ repo_put_chunk (struct repo *r, const unsigned char id[REPO_DIGEST_LEN],
   if ((ret = repo_chunk_encode (&r->keys, id, plain, len, zstd_level,
                                 &obj, &obj_len)) < 0)
     return ret;
-  ret = s->ops->put (s, key, obj, obj_len, !replace);
+  /* A new chunk goes into the store's batch when it has one: durable and
+   * named at repo_sync, before the index that references it.
+   */
+  if (!replace && s->ops->put_unsynced && s->ops->sync)
+    ret = s->ops->put_unsynced (s, key, obj, obj_len);
+  else
+    ret = s->ops->put (s, key, obj, obj_len, !replace);
   free (obj);
   if (ret == -EEXIST) {
-    /* Another writer stored it meanwhile. */
+    /* Another writer stored it meanwhile, or another thread of this run
+     * has it in the batch (not named yet: nothing to touch).
+     */
     ret = s->ops->touch (s, key);
-    return ret < 0 ? ret : 1;
+    return ret < 0 && ret != -ENOENT ? ret : 1;
   }
   if (ret < 0)
     return ret;
   *stored = obj_len;
   return 0;
+}
+
+int
+repo_sync (struct repo *r)
+{
+  struct repo_store *s = r->store;
+
+  return s->ops->sync ? s->ops->sync (s) : 0;
 }
 
 int

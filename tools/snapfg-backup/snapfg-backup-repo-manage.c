@@ -501,7 +501,7 @@ repo_cmd_gc (struct repo_options *o, const char *location)
     return repo_fail (ret, "gc");
   if (o->b.json)
     tool_json_result (json_pack ("{s:s, s:s, s:b, s:I, s:I, s:I, s:I, s:I,"
-                                 " s:I, s:I, s:I, s:I}",
+                                 " s:I, s:I, s:I, s:I, s:I}",
                                  "command", "gc", "repository", location,
                                  "dry_run", o->dry_run,
                                  "indexes", (json_int_t) res.indexes,
@@ -514,14 +514,18 @@ repo_cmd_gc (struct repo_options *o, const char *location)
                                  (json_int_t) res.removed_bytes,
                                  "kept_recent", (json_int_t) res.recent,
                                  "live_writers", (json_int_t) res.writers,
+                                 "removed_partial",
+                                 (json_int_t) res.partial,
                                  "cutoff", (json_int_t) res.cutoff), 0);
   else
     printf ("snapfg-backup: gc: %" PRIu64 " indexes reference %" PRIu64
             " chunks; %s %" PRIu64 " unreferenced chunks (%" PRIu64
             " bytes); kept %" PRIu64 " newer than the cutoff (%" PRIu64
-            " running backups)\n", res.indexes, res.referenced,
+            " running backups); %s %" PRIu64 " partial files of "
+            "interrupted writes\n", res.indexes, res.referenced,
             o->dry_run ? "would remove" : "removed", res.removed,
-            res.removed_bytes, res.recent, res.writers);
+            res.removed_bytes, res.recent, res.writers,
+            o->dry_run ? "would remove" : "removed", res.partial);
   if (res.missing) {
     backup_error ("%" PRIu64 " chunks referenced by indexes are missing: "
                   "run verify --all, then back up the disks again",

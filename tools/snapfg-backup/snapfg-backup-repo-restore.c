@@ -165,6 +165,11 @@ restore_chunk (void *opaque, unsigned thread, uint64_t n, const char *buf,
       backup_error ("%s: writing offset %" PRIu64 ": %m", ro->out, off);
       return -1;
     }
+    /* Its writeback started now, not all of it at the closing fsync:
+     * the disk writes while the next chunks are read.  Only a hint: a
+     * file system without it still gets the fsync.
+     */
+    sync_file_range (ro->fd, off, len, SYNC_FILE_RANGE_WRITE);
   }
   pthread_mutex_lock (&ro->lock);
   ro->written += len;

@@ -14,8 +14,10 @@
  *   5. the copy (the existing engine, snapfg-backup-copy.c): each chunk
  *      hashed, and unless stored already compressed, encrypted and
  *      stored, by several threads;
- *   6. every chunk the run references checked to exist, then the index
- *      written, last, with put if_absent (its number);
+ *   6. the chunks the run stored made durable and named in one pass
+ *      (repo_sync: one syncfs for the directory back end, not an fsync
+ *      each), every chunk the run references checked to exist, then the
+ *      index written, last, with put if_absent (its number);
  *   7. the previous run's checkpoint dropped, the writer unregistered.
  * A run that stops before 6 leaves only chunks, which nothing trusts and
  * gc removes; its snapshot and checkpoint are dropped by the next run.
@@ -335,6 +337,12 @@ commit (struct repo_run *rr, struct copy_job *job, long *run)
   uint64_t n;
   int ret;
 
+  /* The chunks this run stored, durable and named, in one pass. */
+  snapfg_clear_error ();
+  if ((ret = repo_sync (rr->r)) < 0) {
+    repo_fail (ret, "syncing the run's chunks");
+    return -1;
+  }
   for (n = 0; n < repo_index_chunks (rr->ix); ++n) {
     unsigned char *id = repo_index_digest (rr->ix, n);
     struct repo_object_info info;
@@ -523,6 +531,12 @@ repo_cmd_backup (struct repo_options *o, const char *location)
   job.size = rr.size;
   job.block = rr.cs;
   job.piece = rr.cs;
+  /* A chunk in 256 KiB reads, as nbdcopy's requests: in one 4 MiB
+   * read, nbdkit spent 4 times the CPU time on the same data (1.2-1.5 s
+   * against 0.3 s for a 512 MiB disk, paired runs), and on a loaded
+   * machine that CPU time was the run's wall time.
+   */
+  job.request = 256 * 1024;
   job.slots = 16;
   job.threads = o->threads ? o->threads : REPO_DEFAULT_THREADS;
   job.sums = rr.sums;

@@ -332,7 +332,9 @@ struct copy_job {
                                    overlay) rather than skip (a new image) */
   const char *what;             /* for the progress line and errors */
   unsigned slots;               /* requests in flight (0: the default) */
-  uint64_t piece;               /* bytes per request (0: the default) */
+  uint64_t piece;               /* bytes per piece (0: the default) */
+  uint64_t request;             /* bytes per NBD read, at most (0: a
+                                   piece in one read) */
   uint64_t stop_after;          /* test hook: stop after this many bytes */
   /* Or, with neither dst nor direct, each piece once hashed goes to
    * sink, in a pool thread (a repository's chunks: several at once):
