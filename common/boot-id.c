@@ -1,35 +1,42 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* snapfg: the kernel's id of this boot (see boot-id.h). */
+/* snapfg: the kernel's id of this boot (boot-id.h). */
 
 #include <config.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 
 #include "boot-id.h"
 
-bool
-boot_id_read (char *id, size_t len)
+#define BOOT_ID_FILE "/proc/sys/kernel/random/boot_id"
+
+int
+read_boot_id (char *id, size_t len)
 {
   const char *env = getenv ("SNAPFG_TEST_BOOT_ID");
   FILE *fp;
-  bool ok;
+  int r = 0;
 
   if (len == 0)
-    return false;
+    return -EINVAL;
   id[0] = '\0';
   if (env && *env) {
     snprintf (id, len, "%s", env);
-    return true;
+    return 0;
   }
-  fp = fopen ("/proc/sys/kernel/random/boot_id", "re");
+  fp = fopen (BOOT_ID_FILE, "re");
   if (fp == NULL)
-    return false;
-  ok = fgets (id, len, fp) != NULL;
+    return -errno;
+  if (fgets (id, len, fp) == NULL)
+    r = ferror (fp) ? -EIO : -ENODATA;
   fclose (fp);
-  if (ok)
-    id[strcspn (id, "\n")] = '\0';
-  return ok && id[0] != '\0';
+  if (r < 0) {
+    id[0] = '\0';
+    return r;
+  }
+  id[strcspn (id, "\n")] = '\0';
+  return id[0] ? 0 : -ENODATA;
 }

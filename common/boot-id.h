@@ -1,21 +1,26 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
-/* snapfg: the kernel's id of this boot (boot-id.c).
+/* snapfg: the kernel's id of this boot.
  *
- * What tells a crash of the process (the page cache, tmpfs and the
- * kernel's state survive) from a crash of the system (they do not).
- * Tests set SNAPFG_TEST_BOOT_ID to play a reboot.
+ * What tells a crash of the process (the page cache, and so every write
+ * the process made, survives) from a crash of the system (it does not):
+ * the persistent store's unsynced mark, the checkpoint bitmaps' dirty
+ * flag and write-back's held file record the boot that wrote them.  Tests simulate a reboot with
+ * SNAPFG_TEST_BOOT_ID, which, when set and not empty, is the id.
  */
 #ifndef SNAPFG_BOOT_ID_H
 #define SNAPFG_BOOT_ID_H
 
-#include <stdbool.h>
 #include <stddef.h>
 
-/* The boot id ("xxxxxxxx-xxxx-...", 36 characters) into id (len bytes,
- * at least 37).  False if it cannot be read: the caller must then treat
- * every earlier boot's state as another boot's.
+/* A boot id is 36 characters (a UUID); this holds it and its NUL. */
+#define BOOT_ID_SIZE 40
+
+/* Put this boot's id (without the newline) in id[0..len).  Returns 0, or
+ * a negative errno when it cannot be read (no /proc, or an empty file:
+ * -ENODATA); id is then "".  The callers decide what an unknown boot
+ * means for them.
  */
-extern bool boot_id_read (char *id, size_t len);
+extern int read_boot_id (char *id, size_t len);
 
 #endif

@@ -5,7 +5,7 @@
  *   SCOPED_MUTEX_LOCK (&m);                  pthread mutex
  *
  * (the engine's geometry lock has its own, SCOPED_GEOMETRY_READ_LOCK and
- * SCOPED_GEOMETRY_WRITE_LOCK, beside it in src/engine/percpu-rwlock.h,
+ * SCOPED_GEOMETRY_WRITE_LOCK, beside it in common/percpu-rwlock.h,
  * built on SCOPED_LOCK_NAME below.)
  *
  * The lock is taken where the macro stands and released when the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
 /* Unit test of common/scoped-lock.h and the SCOPED_GEOMETRY_* locks of
- * src/engine/percpu-rwlock.h: each scoped lock is held from its
+ * common/percpu-rwlock.h: each scoped lock is held from its
  * macro to the end of the scope and released on every way out (end of
  * block, return, break), two in one scope are both released, and the
  * geometry read lock really holds the read side (a writer waits for it)

@@ -19,16 +19,7 @@
 #include <pthread.h>
 
 #include "cbt-bitmap.h"
-
-static int failures;
-
-#define CHECK(cond) do {                                                \
-    if (!(cond)) {                                                      \
-      fprintf (stderr, "test-cbt-bitmap: FAIL line %d: %s\n", __LINE__, \
-               #cond);                                                  \
-      failures++;                                                       \
-    }                                                                   \
-  } while (0)
+#include "unit-test.h"
 
 /* Read granule g's bit straight from the file (another descriptor: what
  * a process started after a kill -9 would see).
@@ -300,10 +291,6 @@ main (void)
   }
 
   rmdir (dir);
-  if (failures) {
-    fprintf (stderr, "test-cbt-bitmap: %d failures\n", failures);
-    return 1;
-  }
   printf ("test-cbt-bitmap: PASS\n");
   return 0;
 }

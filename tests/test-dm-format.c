@@ -226,6 +226,21 @@ test_files (void)
   write_file (img, chunks * CS, chunks * CS);
   CHECK (load (1000, &s, &res, &kind, why, sizeof why) == -EINVAL);
   CHECK (strstr (why, "two pairs") != NULL);
+  /* Two pairs sharing one COW chunk: in table order, and out of it
+   * (the second pair's chunk is one area 0's first pair already uses).
+   */
+  set_pair (img, 1, 1, 8, dm_area_chunk (1, PPA) + 1);
+  write_file (img, chunks * CS, chunks * CS);
+  CHECK (load (1000, &s, &res, &kind, why, sizeof why) == -EINVAL);
+  CHECK (strstr (why, "metadata area 1 pair 0 (origin chunk 7) and metadata "
+                 "area 1 pair 1 (origin chunk 8) both keep their data in COW "
+                 "chunk") != NULL);
+  set_pair (img, 1, 1, 8, 2);
+  write_file (img, chunks * CS, chunks * CS);
+  CHECK (load (1000, &s, &res, &kind, why, sizeof why) == -EINVAL);
+  CHECK (strstr (why, "metadata area 0 pair 0 (origin chunk 100) and metadata "
+                 "area 1 pair 1 (origin chunk 8) both keep their data in COW "
+                 "chunk 2") != NULL);
   set_pair (img, 1, 1, 8, dm_area_chunk (1, PPA) + 2);
 
   img[12] = 3;                                        /* 3 sectors */

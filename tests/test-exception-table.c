@@ -29,9 +29,8 @@
 #include <unistd.h>
 
 #include "exception-table.h"
+#include "unit-test.h"
 
-#define FAIL(...) do { fprintf (stderr, "FAIL: " __VA_ARGS__); \
-    fputc ('\n', stderr); exit (EXIT_FAILURE); } while (0)
 
 static void
 test_insert_lookup (unsigned stripe_bits)

@@ -25,9 +25,8 @@
 #include <time.h>
 
 #include "percpu-rwlock.h"
+#include "unit-test.h"
 
-#define FAIL(...) do { fprintf (stderr, "FAIL: " __VA_ARGS__); \
-    fputc ('\n', stderr); exit (EXIT_FAILURE); } while (0)
 
 static struct percpu_rwlock lock;
 

@@ -248,6 +248,20 @@ corrupt_case pair-at-header 'metadata|header' yes \
     'make_cow set-pair "$c" --chunk-size $CS --area 0 --index 7 --new 1'
 corrupt_case two-pairs-one-chunk 'two pairs|twice|duplicate' yes \
     'make_cow set-pair "$c" --chunk-size $CS --area 1 --index 5 --old $old0'
+# Two pairs keeping their data in one COW chunk (issue 29 item 7): the
+# snapshot would read one origin chunk's data for the other, and a write
+# to either would change both.  The message names both pairs.
+new13=$(make_cow get-pair "$base" --chunk-size $CS --area 1 --index 3 | cut -d' ' -f2)
+old13=$(make_cow get-pair "$base" --chunk-size $CS --area 1 --index 3 | cut -d' ' -f1)
+old14=$(make_cow get-pair "$base" --chunk-size $CS --area 1 --index 4 | cut -d' ' -f1)
+new00=$(make_cow get-pair "$base" --chunk-size $CS --area 0 --index 0 | cut -d' ' -f2)
+old15=$(make_cow get-pair "$base" --chunk-size $CS --area 1 --index 5 | cut -d' ' -f1)
+corrupt_case two-pairs-share-a-cow-chunk \
+    "metadata area 1 pair 3 \(origin chunk $old13\) and metadata area 1 pair 4 \(origin chunk $old14\) both keep their data in COW chunk $new13" yes \
+    'make_cow set-pair "$c" --chunk-size $CS --area 1 --index 4 --new $new13'
+corrupt_case pair-shares-an-earlier-areas-chunk \
+    "metadata area 0 pair 0 \(origin chunk $old0\) and metadata area 1 pair 5 \(origin chunk $old15\) both keep their data in COW chunk $new00" yes \
+    'make_cow set-pair "$c" --chunk-size $CS --area 1 --index 5 --new $new00'
 corrupt_case random-junk 'magic|not a' yes \
     'head -c 1048576 /dev/urandom >"$c"'
 corrupt_case zero-magic-not-zero 'not all zero|magic' yes \

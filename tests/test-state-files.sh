@@ -15,7 +15,9 @@
 #     restart works;
 #   - a state directory of another user, or one or a catalogue's
 #     directory writable by others, refuses the start, naming the path
-#     and saying how to fix it; nothing is changed.
+#     and saying how to fix it; nothing is changed;
+#   - state= naming what is not a regular file (/dev/null, a FIFO, a
+#     directory) is refused as such (issue 29 item 7).
 set -euo pipefail
 source "$(dirname "$0")/control-functions.sh"
 require_control_tools
@@ -105,4 +107,23 @@ fi
 start
 listed "$sock" a0 && info "ok: with owners and modes put right the server starts" || check_fail "a0 is not back"
 stop_nbdkit "$pid"
+
+info "=== a state= path that is not a regular file"
+# Refused for what it is, not with the owner and mode advice of a file
+# (issue 29 item 7); nothing is made beside it (no PATH.d).
+# not_regular WHAT PATH KIND: the start with state=PATH fails saying so.
+not_regular() {
+    local what=$1 path=$2 kind=$3
+    if try_start_failure "$tmpdir/notreg.err" origin="$origin" state="$path"; then
+        try_stderr "$tmpdir/notreg.err" "state=$path: not a regular file" "$kind" &&
+            info "ok: $what: refused: $(grep -m1 -F "not a regular file" "$tmpdir/notreg.err" | cut -c1-200)"
+        ! grep -qF "chmod" "$tmpdir/notreg.err" || check_fail "$what: the message gives the chmod advice of a file"
+    fi
+    [ ! -e "$path.d" ] || check_fail "$what: $path.d was created"
+}
+not_regular "state=/dev/null" /dev/null "a character device"
+mkfifo -m 0600 "$st/fifo.json"
+not_regular "a FIFO" "$st/fifo.json" "a FIFO"
+mkdir -m 0700 "$st/dir.json"
+not_regular "a directory" "$st/dir.json" "a directory"
 finish

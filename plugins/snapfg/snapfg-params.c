@@ -18,7 +18,7 @@
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
 
-#include "cbt-bitmap.h"
+#include "chunk-size.h"
 #include "device.h"
 #include "snapfg-params.h"
 

@@ -18,7 +18,7 @@
 #include <nbdkit-plugin.h>
 
 #include "engine.h"
-#include "cbt-bitmap.h"
+#include "chunk-size.h"
 #include "checkpoint.h"
 #include "control-server.h"
 #include "catalogue.h"

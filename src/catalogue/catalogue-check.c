@@ -24,9 +24,9 @@
 
 #include "catalogue.h"
 #include "catalogue-internal.h"
-#include "cbt-bitmap.h"
+#include "chunk-size.h"
 #include "device.h"
-#include "engine.h"
+#include "snapshot-name.h"
 #include "store.h"
 
 bool

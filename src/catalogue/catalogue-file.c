@@ -185,6 +185,26 @@ read_file (int fd, char **textp, size_t *lenp)
   return 0;
 }
 
+/* The catalogue is a regular file that the server rewrites by renaming
+ * a new one over it: a device, a FIFO, a socket or a directory at its
+ * path can never be one (and the owner and mode advice that a file
+ * would get is no help there).
+ */
+static int
+refuse_not_regular (struct catalogue *cat, mode_t mode)
+{
+  const char *what = S_ISDIR (mode) ? "a directory"
+    : S_ISCHR (mode) ? "a character device"
+    : S_ISBLK (mode) ? "a block device"
+    : S_ISFIFO (mode) ? "a FIFO"
+    : S_ISSOCK (mode) ? "a socket" : "of another kind";
+
+  return snapfg_fail (EINVAL, "state=%s: not a regular file (it is %s); the "
+                              "catalogue is a regular file the server creates and "
+                              "replaces itself: name a new file in a directory of "
+                              "the server's user", cat->path, what);
+}
+
 /* Open and lock FILE, making sure the locked inode is still the one the
  * name points to (a server rewriting it renames a new one into place).
  */
@@ -196,6 +216,12 @@ catalogue_open_locked (struct catalogue *cat, bool *created)
     int fd, r;
 
     *created = false;
+    /* Not even opened if it is not a regular file: opening a device or
+     * a FIFO can have effects of its own.  (The check after the open
+     * below covers a file replaced in between.)
+     */
+    if (lstat (cat->path, &a) == 0 && !S_ISREG (a.st_mode) && !S_ISLNK (a.st_mode))
+      return refuse_not_regular (cat, a.st_mode);
     /* Never through a link: the catalogue is replaced by rename, which
      * would replace the link, not what it points to.
      */
@@ -209,6 +235,8 @@ catalogue_open_locked (struct catalogue *cat, bool *created)
     }
     if (fd == -1) {
       r = -errno;
+      if (r == -EISDIR)
+        return refuse_not_regular (cat, S_IFDIR);
       if (r == -ELOOP)
         snapfg_fail (-r, "state=%s: is a symbolic link; the server replaces "
                          "the catalogue by renaming a new file over it, so "
@@ -218,6 +246,10 @@ catalogue_open_locked (struct catalogue *cat, bool *created)
         snapfg_fail (-r, "state=%s: cannot open the catalogue: %s",
                          cat->path, strerror (-r));
       return r;
+    }
+    if (fstat (fd, &a) == 0 && !S_ISREG (a.st_mode)) {
+      close (fd);
+      return refuse_not_regular (cat, a.st_mode);
     }
     r = file_lock (fd, true);
     if (r < 0) {

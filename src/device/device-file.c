@@ -31,6 +31,7 @@
 #include <linux/falloc.h>
 
 #include "device.h"
+#include "snapfg-error.h"
 #include "file-lock.h"
 
 /* Each device's own state (dev->priv). */
@@ -126,7 +127,7 @@ init_from_fd (struct snapfg_device *dev, int fd, bool block)
   if (fstat (fd, &st) == -1)
     return -errno;
   if (block ? !S_ISBLK (st.st_mode) : !S_ISREG (st.st_mode)) {
-    device_set_error (-EINVAL, "not a regular file or block device");
+    snapfg_set_error (EINVAL, "not a regular file or block device");
     return -EINVAL;
   }
   if (block) {

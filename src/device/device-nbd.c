@@ -45,6 +45,7 @@
 #include <libnbd.h>
 
 #include "device.h"
+#include "snapfg-error.h"
 #include "rounding.h"
 #include "vector.h"
 
@@ -182,14 +183,14 @@ connect_one (const char *uri, int *rp)
   h = nbd_create ();
   if (h == NULL) {
     *rp = nbd_result ();
-    device_set_error (*rp, "cannot create a libnbd handle: %s",
+    snapfg_set_error (-*rp, "cannot create a libnbd handle: %s",
                       nbd_get_error ());
     return NULL;
   }
   if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1 ||
       nbd_connect_uri (h, uri) == -1) {
     *rp = nbd_result ();
-    device_set_error (*rp, "cannot connect to the NBD server: %s",
+    snapfg_set_error (-*rp, "cannot connect to the NBD server: %s",
                       nbd_get_error ());
     nbd_close (h);
     return NULL;
@@ -250,19 +251,19 @@ nbd_dev_open (struct snapfg_device *dev, const char *uri, bool readonly)
   size = nbd_get_size (h);
   if (size < 0) {
     r = nbd_result ();
-    device_set_error (r, "cannot get the export's size: %s",
+    snapfg_set_error (-r, "cannot get the export's size: %s",
                       nbd_get_error ());
     goto err;
   }
   if (!readonly && nbd_is_read_only (h) == 1) {
     r = -EROFS;
-    device_set_error (r, "the NBD server exports it read-only");
+    snapfg_set_error (-r, "the NBD server exports it read-only");
     goto err;
   }
   min_block = nbd_get_block_size (h, LIBNBD_SIZE_MINIMUM);
   if (min_block > 512) {
     r = -EINVAL;
-    device_set_error (r, "the NBD server's minimum block size is %" PRIi64
+    snapfg_set_error (-r, "the NBD server's minimum block size is %" PRIi64
                       " bytes; snapfg needs a server that accepts 512-byte "
                       "requests", min_block);
     goto err;
@@ -274,7 +275,7 @@ nbd_dev_open (struct snapfg_device *dev, const char *uri, bool readonly)
     p->max_io = round_down (max_block, 512);
     if (p->max_io == 0) {
       r = -EINVAL;
-      device_set_error (r, "the NBD server's maximum block size is %" PRIi64
+      snapfg_set_error (-r, "the NBD server's maximum block size is %" PRIi64
                         " bytes; snapfg needs at least 512", max_block);
       goto err;
     }
@@ -296,7 +297,7 @@ nbd_dev_open (struct snapfg_device *dev, const char *uri, bool readonly)
     p->conns[p->nconns++] = h;
     if (nbd_get_size (h) != size) {
       r = -EIO;
-      device_set_error (r, "the export's size changed between connections");
+      snapfg_set_error (-r, "the export's size changed between connections");
       goto err;
     }
   }

@@ -17,6 +17,7 @@
 #include <errno.h>
 
 #include "device.h"
+#include "snapfg-error.h"
 
 void
 device_note_change (const struct snapfg_device *dev)
@@ -26,32 +27,19 @@ device_note_change (const struct snapfg_device *dev)
 
 /* --- errors explained by backends --- */
 
-static __thread int last_error_r;
-static __thread char last_error_msg[512];
-
-void
-device_set_error (int r, const char *fmt, ...)
-{
-  va_list ap;
-
-  va_start (ap, fmt);
-  vsnprintf (last_error_msg, sizeof last_error_msg, fmt, ap);
-  va_end (ap);
-  last_error_r = r;
-}
-
-static void
-clear_error (void)
-{
-  last_error_r = 0;
-  last_error_msg[0] = '\0';
-}
-
+/* A backend that can say more than the errno about a failed open (the
+ * NBD server's refusal, what kind of file it is) records it as the
+ * thread's last error (snapfg-error.h), which device_open and
+ * device_create clear first: a record with the errno of the failure is
+ * then the backend's.
+ */
 const char *
 device_strerror (int r)
 {
-  if (r < 0 && r == last_error_r && last_error_msg[0] != '\0')
-    return last_error_msg;
+  const char *msg = snapfg_get_error ();
+
+  if (r < 0 && msg != NULL && snapfg_get_errno () == -r)
+    return msg;
   return strerror (-r);
 }
 
@@ -109,7 +97,7 @@ open_with_backend (struct snapfg_device *dev, const char *path,
   const struct device_ops *ops = backend_for (path);
   int r;
 
-  clear_error ();
+  snapfg_clear_error ();
   device_reset (dev, readonly);
   if (ops == NULL)
     return -EINVAL;             /* nothing takes it */
@@ -145,7 +133,7 @@ device_adopt_file (struct snapfg_device *dev, const char *path, int fd)
 {
   int r;
 
-  clear_error ();
+  snapfg_clear_error ();
   device_reset (dev, false);
   dev->path = strdup (path);
   if (dev->path == NULL)

@@ -93,7 +93,9 @@ extern void device_close (struct snapfg_device *dev);
 
 /* Why did the last device_open or device_create in this thread fail with
  * r?  The backend's own explanation if it left one (for NBD: libnbd's
- * message, e.g. the server's refusal), else strerror (-r).
+ * message, e.g. the server's refusal), else strerror (-r).  Backends
+ * record theirs with snapfg_set_error (common/snapfg-error.h) during
+ * the open, which starts with a clear record.
  */
 extern const char *device_strerror (int r);
 
@@ -212,7 +214,7 @@ extern int device_discard_contents (struct snapfg_device *dev,
  * create: the disk must exist) fills in priv, size, fixed_size and
  * can_flush if it is false; device_open has set the rest (path,
  * readonly; ops once open succeeds).  Either may explain a failure with
- * device_set_error.  These may be NULL: identity (none), lock (nothing
+ * snapfg_set_error.  These may be NULL: identity (none), lock (nothing
  * to lock), current_size (a fixed size), punch (cannot
  * trim), extents (no allocation map: all data), discard_contents (zero
  * what was used).  The I/O entry
@@ -283,11 +285,5 @@ SNAPFG_DEVICE_BACKENDS (DEVICE_BACKEND_DECLARE_)
  * regular file (-EINVAL, fd untouched, if it is not one).
  */
 extern int device_file_init_fd (struct snapfg_device *dev, int fd);
-
-/* For backends: record why the open in progress fails (printf-style),
- * for device_strerror (r).
- */
-extern void device_set_error (int r, const char *fmt, ...)
-  __attribute__ ((format (printf, 2, 3)));
 
 #endif

@@ -16,6 +16,7 @@
 #include "device.h"
 #include "stats.h"
 #include "chunk-size.h"         /* SNAPFG_{MIN,MAX}_CHUNK_SIZE, snapfg_check_chunk_size */
+#include "snapshot-name.h"      /* snapfg_check_snapshot_name, SNAPFG_STARTUP_SNAPSHOT */
 
 struct snapfg_engine;
 struct snapfg_snapshot;
@@ -28,19 +29,12 @@ enum snapfg_locking {
 #define SNAPFG_DEFAULT_CHUNK_SIZE 4096
 #define SNAPFG_DEFAULT_BLOCK_SIZE 512
 
-/* The name of the snapshot given by cow= at start-up. */
-#define SNAPFG_STARTUP_SNAPSHOT "snapshot"
 
 /* When the persistent store's commits are durable (durability=). */
 enum snapfg_durability {
   SNAPFG_DURABILITY_SYNC,     /* every exception durable before its origin write */
   SNAPFG_DURABILITY_FLUSH,    /* ordered, made durable at client flush/FUA */
 };
-/* Snapshot names: at most this many bytes (see
- * snapfg_check_snapshot_name).
- */
-#define SNAPFG_MAX_NAME_LEN 255
-#define SNAPFG_MAX_NAME_LEN_STR "255"
 
 /* max-snapshots= default: each snapshot costs memory and every first
  * write to an origin chunk copies into each.
@@ -158,21 +152,6 @@ extern int snapfg_engine_restore (struct snapfg_engine *e);
  */
 extern const char *snapfg_check_store_type (const char *store_type);
 extern const char *snapfg_check_block_size (int64_t block_size);
-/* A snapshot name: UTF-8, no control characters, 1 to
- * SNAPFG_MAX_NAME_LEN bytes, not "origin".  The rule every snapshot
- * follows (snapfg_snapshot_create checks it).
- */
-extern const char *snapfg_check_snapshot_name (const char *name);
-/* A name the user gives a new snapshot (snapshot=NAME:COW, the control
- * socket's create): the rule above, and not SNAPFG_STARTUP_SNAPSHOT,
- * which belongs to cow='s snapshot.  The engine itself uses only the rule
- * above, so that cow='s snapshot and a catalogue's records still open.
- */
-extern const char *snapfg_check_new_snapshot_name (const char *name);
-/* name for a message: control characters, backslash and non-ASCII bytes
- * written as \xNN (truncated to fit len).
- */
-extern void snapfg_printable_name (const char *name, char *buf, size_t len);
 
 /* Open the origin.  Logs an error naming the file on failure. */
 extern int snapfg_engine_open (const struct snapfg_options *opts,

@@ -9,6 +9,7 @@
 #include <errno.h>
 
 #include "exception-table.h"
+#include "store.h"                  /* SNAPFG_MAX_COW_CHUNKS */
 
 /* Within a stripe, slots are found with a second, independent hash
  * (the splitmix64 finaliser), because every chunk in a stripe shares the

@@ -56,14 +56,12 @@ struct tracked_read {
  * Key 0 means an empty slot, so keys are old_chunk + 1.  12 bytes, so
  * that a table stays under 32 bytes per exception at its average load;
  * the price is that a COW store may hold at most 2^32 - 1 chunks
- * (SNAPFG_MAX_COW_CHUNKS; 16 TiB with 4 KiB chunks).
+ * (SNAPFG_MAX_COW_CHUNKS in store.h; 16 TiB with 4 KiB chunks).
  */
 struct completed_slot {
   uint64_t key;
   uint32_t new_chunk;
 } __attribute__ ((packed));
-
-#define SNAPFG_MAX_COW_CHUNKS UINT32_MAX
 
 struct exception_stripe {
   pthread_mutex_t lock;

@@ -18,3 +18,15 @@ snapfg_check_chunk_size (int64_t chunk_size)
     return "must be a power of two";
   return NULL;
 }
+
+const char *
+cbt_check_granularity (int64_t granularity, int64_t chunk_size)
+{
+  if (granularity <= 0 || !is_power_of_two (granularity))
+    return "must be a power of two";
+  if (granularity < chunk_size)
+    return "must be at least chunk-size= (the copy-out unit)";
+  if (granularity > CBT_MAX_GRANULARITY)
+    return "must be at most 1G";
+  return NULL;
+}

@@ -15,6 +15,7 @@
 #include "byte-order.h"
 #include "dm-format.h"
 #include "power-of-two.h"
+#include "vector.h"
 
 void
 dm_header_encode (const struct dm_header *h, void *buf)
@@ -146,6 +147,55 @@ dm_read_header (const struct snapfg_device *dev, struct dm_header *h,
   return 0;
 }
 
+/* Where a pair keeps its data, and which pair it is. */
+struct pair_use {
+  uint64_t new_chunk;
+  uint64_t old_chunk;
+  uint64_t area, index;
+};
+DEFINE_VECTOR_TYPE (pair_use_vector, struct pair_use);
+
+static int
+compare_pair_use (const void *a, const void *b)
+{
+  const struct pair_use *x = a, *y = b;
+
+  if (x->new_chunk != y->new_chunk)
+    return x->new_chunk < y->new_chunk ? -1 : 1;
+  /* Then in table order, so that the message names the earlier first. */
+  if (x->area != y->area)
+    return x->area < y->area ? -1 : 1;
+  return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+/* Two pairs keeping their data in one COW chunk would make two origin
+ * chunks read the same data, and a write to either change both: dm
+ * never writes such a table, so it is damaged (or made by hand).  The
+ * pairs come mostly in allocation order; sorting is needed only when
+ * they do not.
+ */
+static int
+check_chunks_used_once (pair_use_vector *uses, bool in_order,
+                        char *why, size_t why_len)
+{
+  if (!in_order)
+    qsort (uses->ptr, uses->len, sizeof uses->ptr[0], compare_pair_use);
+  for (size_t k = 1; k < uses->len; ++k) {
+    const struct pair_use *a = &uses->ptr[k - 1], *b = &uses->ptr[k];
+
+    if (a->new_chunk == b->new_chunk) {
+      snprintf (why, why_len, "metadata area %" PRIu64 " pair %" PRIu64
+                " (origin chunk %" PRIu64 ") and metadata area %" PRIu64
+                " pair %" PRIu64 " (origin chunk %" PRIu64 ") both keep "
+                "their data in COW chunk %" PRIu64 ": the table is damaged",
+                a->area, a->index, a->old_chunk, b->area, b->index,
+                b->old_chunk, a->new_chunk);
+      return -EINVAL;
+    }
+  }
+  return 0;
+}
+
 int
 dm_load_exceptions (const struct snapfg_device *dev, uint32_t chunk_size,
                     uint64_t origin_chunks, dm_pair_fn fn, void *opaque,
@@ -155,6 +205,8 @@ dm_load_exceptions (const struct snapfg_device *dev, uint32_t chunk_size,
   const uint64_t dev_chunks = dev->size / chunk_size;
   unsigned char *area_buf;
   uint64_t area;
+  pair_use_vector uses = { 0 };
+  bool in_order = true;
   int r = 0;
 
   memset (result, 0, sizeof *result);
@@ -196,9 +248,16 @@ dm_load_exceptions (const struct snapfg_device *dev, uint32_t chunk_size,
         break;
       }
       if (dm_is_metadata_chunk (new_chunk, ppa)) {
-        snprintf (why, why_len, "metadata area %" PRIu64 " pair %" PRIu64
-                  " points at metadata chunk %" PRIu64,
-                  area, i, new_chunk);
+        if (new_chunk == 0)
+          snprintf (why, why_len, "metadata area %" PRIu64 " pair %" PRIu64
+                    " (origin chunk %" PRIu64 ") points at chunk 0, the "
+                    "header: the table is damaged", area, i, old_chunk);
+        else
+          snprintf (why, why_len, "metadata area %" PRIu64 " pair %" PRIu64
+                    " (origin chunk %" PRIu64 ") points at metadata chunk %"
+                    PRIu64 " (metadata area %" PRIu64 "): the table is "
+                    "damaged", area, i, old_chunk, new_chunk,
+                    (new_chunk - 1) / (ppa + 1));
         r = -EINVAL;
         break;
       }
@@ -219,6 +278,16 @@ dm_load_exceptions (const struct snapfg_device *dev, uint32_t chunk_size,
       }
       if (r < 0)
         break;
+      if (uses.len > 0 && new_chunk <= uses.ptr[uses.len - 1].new_chunk)
+        in_order = false;
+      r = pair_use_vector_append (&uses, (struct pair_use) {
+          .new_chunk = new_chunk, .old_chunk = old_chunk,
+          .area = area, .index = i });
+      if (r < 0) {
+        snprintf (why, why_len, "out of memory for %" PRIu64 " pairs",
+                  result->exceptions + 1);
+        break;
+      }
       result->exceptions++;
       if (new_chunk + 1 > result->next_free)
         result->next_free = new_chunk + 1;
@@ -232,6 +301,9 @@ dm_load_exceptions (const struct snapfg_device *dev, uint32_t chunk_size,
     }
   }
   free (area_buf);
+  if (r == 0)
+    r = check_chunks_used_once (&uses, in_order, why, why_len);
+  pair_use_vector_reset (&uses);
   result->next_free = dm_skip_metadata (result->next_free, ppa);
   return r;
 }

@@ -22,13 +22,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "boot-id.h"
 #include "device.h"
 
 #define DM_SNAP_MAGIC   UINT32_C (0x70416e53)
 #define DM_SNAP_VERSION 1
 #define DM_SNAP_HEADER_SIZE 16
 #define DM_SNAP_PAIR_SIZE 16
-#define SNAPFG_BOOT_ID_MAX 40      /* a boot id is 36 characters */
+#define SNAPFG_BOOT_ID_MAX BOOT_ID_SIZE
 #define SNAPFG_UNSYNCED_BOOT_LEN 28 /* as much of it as the mark holds */
 
 struct dm_header {

@@ -35,6 +35,30 @@
 #include "scoped-lock.h"
 #include "snapfg-log.h"
 
+/* The header as it must be now: with the unsynced mark while
+ * ps->marked (then valid = 0 on disk, whatever 'valid' says, so that the
+ * kernel never opens a store a power loss may have torn).
+ */
+int
+persistent_write_header (struct persistent_store *ps, uint32_t valid)
+{
+  unsigned char buf[512] = { 0 };
+  struct dm_header h = {
+    .magic = DM_SNAP_MAGIC,
+    .valid = ps->marked ? 0 : valid,
+    .version = DM_SNAP_VERSION,
+    .chunk_sectors = ps->base.chunk_size / 512,
+    .snapfg_merging = ps->merging,
+  };
+
+  if (ps->marked)
+    memcpy (h.snapfg_unsynced_boot, ps->boot_id,
+            strnlen (ps->boot_id, SNAPFG_UNSYNCED_BOOT_LEN));
+  dm_header_encode (&h, buf);
+  memcpy (buf + STORE_BINDING_OFFSET, ps->binding_raw, STORE_BINDING_SIZE);
+  return device_pwrite (&ps->base.dev, buf, sizeof buf, 0);
+}
+
 int
 persistent_sync (struct persistent_store *ps)
 {

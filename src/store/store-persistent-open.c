@@ -15,56 +15,9 @@
 #include <pthread.h>
 
 #include "store-persistent.h"
+#include "boot-id.h"
 #include "rounding.h"
 #include "snapfg-log.h"
-
-/* The header as it must be now: with the unsynced mark while
- * ps->marked (then valid = 0 on disk, whatever 'valid' says, so that the
- * kernel never opens a store a power loss may have torn).
- */
-int
-persistent_write_header (struct persistent_store *ps, uint32_t valid)
-{
-  unsigned char buf[512] = { 0 };
-  struct dm_header h = {
-    .magic = DM_SNAP_MAGIC,
-    .valid = ps->marked ? 0 : valid,
-    .version = DM_SNAP_VERSION,
-    .chunk_sectors = ps->base.chunk_size / 512,
-    .snapfg_merging = ps->merging,
-  };
-
-  if (ps->marked)
-    memcpy (h.snapfg_unsynced_boot, ps->boot_id,
-            strnlen (ps->boot_id, SNAPFG_UNSYNCED_BOOT_LEN));
-  dm_header_encode (&h, buf);
-  memcpy (buf + STORE_BINDING_OFFSET, ps->binding_raw, STORE_BINDING_SIZE);
-  return device_pwrite (&ps->base.dev, buf, sizeof buf, 0);
-}
-
-/* The kernel's id of this boot (SNAPFG_TEST_BOOT_ID for tests).  Returns
- * false if it cannot be read.
- */
-static bool
-read_boot_id (char *id, size_t len)
-{
-  const char *env = getenv ("SNAPFG_TEST_BOOT_ID");
-  FILE *fp;
-  bool ok;
-
-  if (env && *env) {
-    snprintf (id, len, "%s", env);
-    return true;
-  }
-  fp = fopen ("/proc/sys/kernel/random/boot_id", "r");
-  if (fp == NULL)
-    return false;
-  ok = fgets (id, len, fp) != NULL;
-  fclose (fp);
-  if (ok)
-    id[strcspn (id, "\n")] = '\0';
-  return ok && id[0] != '\0';
-}
 
 /* Does this host's kernel own the cache that the store's unsynced
  * writes sit in?  A file or block device here is written through this
@@ -106,7 +59,7 @@ check_unsynced_mark (struct persistent_store *ps, const char *path,
                                 "can; refusing to use it (the file is left unchanged)",
                                 path, h->valid);
   }
-  same_boot = read_boot_id (now, sizeof now) &&
+  same_boot = read_boot_id (now, sizeof now) == 0 &&
     strncmp (now, h->snapfg_unsynced_boot, SNAPFG_UNSYNCED_BOOT_LEN) == 0;
   if (same_boot && !cache_is_this_hosts (&st->dev)) {
     snapfg_error ("cow=%s: the server that wrote this store with "
@@ -176,7 +129,7 @@ set_unsynced_mark (struct persistent_store *ps,
   if (st->opened_invalid || st->dev.readonly)
     return 0;
   if (params->unsynced) {
-    if (!read_boot_id (ps->boot_id, sizeof ps->boot_id)) {
+    if (read_boot_id (ps->boot_id, sizeof ps->boot_id) < 0) {
       return snapfg_fail (EINVAL, "cow=%s: durability=flush needs the kernel's boot id "
                                   "(/proc/sys/kernel/random/boot_id) to tell a process "
                                   "crash from a power loss, and it cannot be read "

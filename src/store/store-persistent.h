@@ -7,10 +7,15 @@
  *                              the table, usage, invalidation, merging,
  *                              close
  *   store-persistent-commit.c  group commit (the ordering of
- *                              docs/design.md section 5), writing metadata areas, and
- *                              zeroing ahead of the allocator
+ *                              docs/design.md section 5), writing the
+ *                              header and metadata areas, and zeroing
+ *                              ahead of the allocator
  *   store-persistent-open.c    opening and formatting a store, the binding
- *                              checks, the header and the unsynced mark
+ *                              checks and the unsynced mark
+ *
+ * The calls go one way: the open file and the operations call the
+ * commit file, the open file fills in the operations' table; nothing
+ * calls back up.
  *
  * Nothing outside these files includes this header: the engine sees a
  * struct snapfg_store (store.h).
@@ -161,8 +166,6 @@ extern int persistent_write_current_area (struct persistent_store *ps);
  */
 extern void persistent_wait_zeroing (struct persistent_store *ps,
                                      uint64_t first, uint64_t n);
-
-/* --- store-persistent-open.c --- */
 
 /* Write the header as it must be now (see there), not synced. */
 extern int persistent_write_header (struct persistent_store *ps,

@@ -15,7 +15,6 @@
 #include "store.h"
 #include "file-owner.h"
 #include "file-create.h"
-#include "exception-table.h"
 #include "snapfg-log.h"
 
 #define STORE_TYPE_ENTRY_(name, open, survives, summary)                 \

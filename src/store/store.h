@@ -23,6 +23,12 @@
 
 struct snapfg_store;
 
+/* The most chunks a COW store may hold: the engine's exception table
+ * keeps a new chunk in 32 bits (exception-table.h), so a store larger
+ * than this is refused when it is opened (16 TiB with 4 KiB chunks).
+ */
+#define SNAPFG_MAX_COW_CHUNKS UINT32_MAX
+
 /* Called for each exception a store already holds when it is opened. */
 typedef int (*store_exception_fn) (void *opaque, uint64_t old_chunk,
                                    uint64_t new_chunk);

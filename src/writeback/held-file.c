@@ -374,7 +374,7 @@ held_file_open_existing (struct held_file *hf, const struct held_binding *b,
     return refuse (hf, problem);
 
   /* Bound to this boot, this origin. */
-  if (!boot_id_read (now_boot, sizeof now_boot) ||
+  if (read_boot_id (now_boot, sizeof now_boot) < 0 ||
       strcmp (now_boot, hdr->boot_id) != 0) {
     snprintf (why, sizeof why, "it was written during another boot (boot "
               "id %s; this boot is %s): its writes may be older than data "
@@ -463,7 +463,7 @@ held_file_create (struct held_file *hf, const struct held_binding *b,
   h.max_stores = hf->max_stores;
   if (nstores > hf->max_stores)
     return -ENOSPC;
-  if (!boot_id_read (h.boot_id, sizeof h.boot_id)) {
+  if (read_boot_id (h.boot_id, sizeof h.boot_id) < 0) {
     snapfg_error ("writeback: cannot read this boot's id "
                   "(/proc/sys/kernel/random/boot_id), which binds the held "
                   "file to the boot; writeback=off works without it");

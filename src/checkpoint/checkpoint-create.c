@@ -23,7 +23,7 @@
 #include "checkpoint-internal.h"
 #include "cbt-bitmap.h"
 #include "catalogue.h"
-#include "engine-internal.h"
+#include "engine-checkpoint.h"
 #include "scoped-lock.h"
 #include "snapfg-log.h"
 
@@ -51,7 +51,7 @@ int
 checkpoint_prepare (struct snapfg_engine *e, const char *name,
                     const char *snapshot, struct checkpoint **cpp)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
   struct checkpoint *cp;
   struct cbt_binding b;
   const char *problem;
@@ -99,7 +99,7 @@ checkpoint_prepare (struct snapfg_engine *e, const char *name,
     bool ours;
 
     checkpoint_binding (e, name, c->next_seq, &b);
-    if (cbt_bitmap_open (cp->bitmap_path, e->size, &b, &old, why,
+    if (cbt_bitmap_open (cp->bitmap_path, snapfg_size (e), &b, &old, why,
                          sizeof why) == 0) {
       ours = !old->foreign;
       cbt_bitmap_close (old);
@@ -113,7 +113,7 @@ checkpoint_prepare (struct snapfg_engine *e, const char *name,
     }
   }
   checkpoint_binding (e, name, c->next_seq, &b);
-  r = cbt_bitmap_create (cp->bitmap_path, cp->granularity, e->size, &b,
+  r = cbt_bitmap_create (cp->bitmap_path, cp->granularity, snapfg_size (e), &b,
                          &cp->bm);
   if (r < 0) {
     checkpoint_free (cp);
@@ -142,7 +142,7 @@ checkpoint_set_owner (struct checkpoint *cp, const char *owner)
 int
 checkpoint_commit_locked (struct snapfg_engine *e, struct checkpoint *cp)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
   int r;
 
   /* Room for cp past the end: it joins the list only once recorded. */
@@ -160,7 +160,7 @@ checkpoint_commit_locked (struct snapfg_engine *e, struct checkpoint *cp)
   cp->frozen = c->list.len ? c->list.ptr[c->list.len - 1] : NULL;
   c->list.len++;
   c->next_seq++;
-  atomic_store (&e->cbt_active, cp->bm);
+  snapfg_engine_set_active_bitmap (e, cp->bm);
   pthread_mutex_unlock (&c->io_lock);
   return 0;
 }
@@ -168,7 +168,7 @@ checkpoint_commit_locked (struct snapfg_engine *e, struct checkpoint *cp)
 void
 checkpoint_finish (struct snapfg_engine *e, struct checkpoint *cp)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
 
   /* Nobody writes the frozen bitmap any more: make it durable and clean,
    * so that an unclean system stop from now on leaves it consistent.
@@ -186,7 +186,7 @@ checkpoint_finish (struct snapfg_engine *e, struct checkpoint *cp)
 void
 checkpoint_abandon (struct snapfg_engine *e, struct checkpoint *cp)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
 
   unlink (cp->bitmap_path);
   checkpoint_free (cp);
@@ -205,9 +205,9 @@ snapfg_checkpoint_create (struct snapfg_engine *e, const char *name)
   /* The instant: origin changes in flight finish in the old bitmap; the
    * next ones find the new one.
    */
-  percpu_rwlock_write_lock (&e->geometry);
+  snapfg_engine_hold_requests (e);
   r = checkpoint_commit_locked (e, cp);
-  percpu_rwlock_write_unlock (&e->geometry);
+  snapfg_engine_release_requests (e);
   if (r < 0) {
     snapfg_fail (-r, "checkpoint create %s: cannot record it in the catalogue",
                      name);
@@ -221,7 +221,7 @@ snapfg_checkpoint_create (struct snapfg_engine *e, const char *name)
 void
 checkpoint_forget_snapshot (struct snapfg_engine *e, const char *snapshot)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
   bool found = false;
 
   if (c == NULL || c->cat == NULL)
@@ -272,7 +272,7 @@ fold_into (struct checkpoint *pred, struct checkpoint *cp)
 int
 snapfg_checkpoint_drop (struct snapfg_engine *e, const char *name)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
   struct checkpoint *cp, *pred, **rest;
   bool active;
   ssize_t i;
@@ -313,16 +313,15 @@ snapfg_checkpoint_drop (struct snapfg_engine *e, const char *name)
      */
     if (pred && !is_inconsistent (pred))
       cbt_bitmap_set_dirty (pred->bm);
-    percpu_rwlock_write_lock (&e->geometry);
+    snapfg_engine_hold_requests (e);
     pthread_mutex_lock (&c->io_lock);
     if (pred)
       fold_into (pred, cp);
     r = checkpoint_records_write (c, rest, c->list.len - 1);
     if (r == 0)
-      atomic_store (&e->cbt_active,
-                    pred && !is_inconsistent (pred) ? pred->bm : NULL);
+      snapfg_engine_set_active_bitmap (e, pred && !is_inconsistent (pred) ? pred->bm : NULL);
     pthread_mutex_unlock (&c->io_lock);
-    percpu_rwlock_write_unlock (&e->geometry);
+    snapfg_engine_release_requests (e);
   }
   if (r < 0) {
     snapfg_fail (-r, "checkpoint drop %s: cannot record it in the catalogue; "

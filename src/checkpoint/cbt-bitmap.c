@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "boot-id.h"
 #include "byte-order.h"
 #include "cbt-bitmap.h"
 #include "file-create.h"
@@ -46,39 +47,17 @@ test_write_error (void)
     atomic_fetch_sub (&write_error_countdown, 1) == 1;
 }
 
-const char *
-cbt_check_granularity (int64_t granularity, int64_t chunk_size)
-{
-  if (granularity <= 0 || !is_power_of_two (granularity))
-    return "must be a power of two";
-  if (granularity < chunk_size)
-    return "must be at least chunk-size= (the copy-out unit)";
-  if (granularity > CBT_MAX_GRANULARITY)
-    return "must be at most 1G";
-  return NULL;
-}
 
 void
 cbt_boot_id (char id[CBT_BOOT_ID_LEN])
 {
-  const char *env = getenv ("SNAPFG_TEST_BOOT_ID");
-  FILE *fp;
-
-  memset (id, 0, CBT_BOOT_ID_LEN);
-  if (env && *env) {
-    snprintf (id, CBT_BOOT_ID_LEN, "%s", env);
-    return;
-  }
-  fp = fopen ("/proc/sys/kernel/random/boot_id", "re");
-  if (fp == NULL || fgets (id, CBT_BOOT_ID_LEN, fp) == NULL) {
+  memset (id, 0, CBT_BOOT_ID_LEN);      /* the header holds all of it */
+  if (read_boot_id (id, CBT_BOOT_ID_LEN) < 0) {
     /* No boot id: every open after a crash will call the bitmap
      * inconsistent, which is safe.
      */
     snprintf (id, CBT_BOOT_ID_LEN, "unknown-%ld", (long) getpid ());
   }
-  if (fp)
-    fclose (fp);
-  id[strcspn (id, "\n")] = '\0';
 }
 
 /* --- the header --- */

@@ -22,7 +22,7 @@
 #include "checkpoint-internal.h"
 #include "cbt-bitmap.h"
 #include "catalogue.h"
-#include "engine-internal.h"
+#include "engine-checkpoint.h"
 #include "snapfg-log.h"
 
 const char *
@@ -90,16 +90,17 @@ checkpoint_binding (struct snapfg_engine *e, const char *name, uint64_t seq,
                     struct cbt_binding *b)
 {
   struct device_identity id = { 0, 0 };   /* an NBD origin has none */
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
 
   memset (b, 0, sizeof *b);
   snprintf (b->catalogue_id, sizeof b->catalogue_id, "%s",
-            e->cbt && e->cbt->cat ? catalogue_id (e->cbt->cat) : "");
+            c && c->cat ? catalogue_id (c->cat) : "");
   b->seq = seq;
   snprintf (b->name, sizeof b->name, "%s", name);
-  device_identity (&e->origin, &id);
+  snapfg_origin_identity (e, &id);
   b->origin_dev = id.dev;
   b->origin_ino = id.ino;
-  b->origin_moved = e->origin_moved;
+  b->origin_moved = snapfg_origin_moved (e);
 }
 
 void
@@ -136,7 +137,7 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
   c->cat = cat;
   c->granularity = granularity ? granularity : CBT_DEFAULT_GRANULARITY;
   c->next_seq = 1;
-  e->cbt = c;
+  snapfg_engine_set_checkpoints (e, c);
   if (cat == NULL)
     return 0;
 
@@ -179,7 +180,7 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
       cp->lost = true;
 
     checkpoint_binding (e, cp->name, cp->seq, &expect);
-    r = cbt_bitmap_open (cp->bitmap_path, e->size, &expect, &cp->bm, why,
+    r = cbt_bitmap_open (cp->bitmap_path, snapfg_size (e), &expect, &cp->bm, why,
                          sizeof why);
     if (r < 0) {
       snapfg_error ("checkpoint %s: bitmap %s: %s; the checkpoint is "
@@ -219,7 +220,7 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
       continue;
     if (i == c->list.len - 1) {
       if (cbt_bitmap_set_dirty (cp->bm) == 0)
-        atomic_store (&e->cbt_active, cp->bm);
+        snapfg_engine_set_active_bitmap (e, cp->bm);
       else
         rewrite = true;
     }
@@ -230,7 +231,7 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
     checkpoint_records_write (c, c->list.ptr, c->list.len);
   if (c->list.len)
     snapfg_debug ("checkpoints: %zu reopened, %s active", c->list.len,
-                  atomic_load (&e->cbt_active)
+                  snapfg_engine_active_bitmap (e)
                   ? c->list.ptr[c->list.len - 1]->name : "none");
   return 0;
 }
@@ -238,11 +239,11 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
 void
 checkpoint_chain_close (struct snapfg_engine *e, bool clean)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
 
   if (c == NULL)
     return;
-  atomic_store (&e->cbt_active, NULL);
+  snapfg_engine_set_active_bitmap (e, NULL);
   if (clean && c->list.len && !is_inconsistent (c->list.ptr[c->list.len - 1]))
     cbt_bitmap_set_clean (c->list.ptr[c->list.len - 1]->bm);
   checkpoint_record_pending (c);
@@ -252,7 +253,7 @@ checkpoint_chain_close (struct snapfg_engine *e, bool clean)
   pthread_mutex_destroy (&c->lock);
   pthread_mutex_destroy (&c->io_lock);
   free (c);
-  e->cbt = NULL;
+  snapfg_engine_set_checkpoints (e, NULL);
 }
 
 /* --- lookups --- */
@@ -281,13 +282,13 @@ void
 checkpoint_track_unlocked (struct snapfg_engine *e, uint64_t offset,
                            uint64_t count)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
   struct cbt_bitmap *bm;
 
-  if (c == NULL || atomic_load (&e->cbt_active) == NULL)
+  if (c == NULL || snapfg_engine_active_bitmap (e) == NULL)
     return;
   pthread_mutex_lock (&c->io_lock);
-  bm = atomic_load (&e->cbt_active);
+  bm = snapfg_engine_active_bitmap (e);
   if (bm)
     cbt_bitmap_mark (bm, offset, count);
   pthread_mutex_unlock (&c->io_lock);
@@ -296,7 +297,7 @@ checkpoint_track_unlocked (struct snapfg_engine *e, uint64_t offset,
 int
 checkpoint_sync (struct snapfg_engine *e)
 {
-  struct cbt_bitmap *bm = atomic_load (&e->cbt_active);
+  struct cbt_bitmap *bm = snapfg_engine_active_bitmap (e);
 
   /* A failed sync makes the bitmap inconsistent; the origin goes on. */
   if (bm)
@@ -308,14 +309,15 @@ void
 checkpoint_track_snapshot_locked (struct snapfg_engine *e,
                                   struct snapfg_snapshot *s)
 {
-  struct cbt_bitmap *bm = atomic_load (&e->cbt_active);
+  struct cbt_bitmap *bm = snapfg_engine_active_bitmap (e);
   uint64_t *chunks;
+  uint32_t chunk_size;
   size_t n;
   int r;
 
   if (bm == NULL)
     return;
-  r = exception_table_collect (&s->table, &chunks, &n);
+  r = snapfg_snapshot_remapped_chunks (s, &chunks, &n, &chunk_size);
   if (r < 0) {
     /* Without the list, the bitmap would miss these changes. */
     cbt_bitmap_set_inconsistent (bm, "cannot list the merging snapshot's "
@@ -323,7 +325,7 @@ checkpoint_track_snapshot_locked (struct snapfg_engine *e,
     return;
   }
   for (size_t i = 0; i < n; ++i)
-    cbt_bitmap_mark (bm, chunks[i] << s->chunk_shift, s->chunk_size);
+    cbt_bitmap_mark (bm, chunks[i] * chunk_size, chunk_size);
   free (chunks);
   cbt_bitmap_sync (bm);
 }

@@ -69,6 +69,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "boot-id.h"
+#include "chunk-size.h"           /* the granularity rule */
+
 #define CBT_MAGIC "SNAPFGCB"
 #define CBT_VERSION 1
 #define CBT_HEADER_SIZE 4096
@@ -77,10 +80,7 @@
 #define CBT_FLAG_BOUND        (1u << 2)
 #define CBT_FLAG_SUMMED       (1u << 3)
 #define CBT_NAME_LEN 128
-#define CBT_BOOT_ID_LEN 40
-
-#define CBT_DEFAULT_GRANULARITY (64 * 1024)
-#define CBT_MAX_GRANULARITY (1u << 30)
+#define CBT_BOOT_ID_LEN BOOT_ID_SIZE
 
 /* Whose a bitmap is (the header's binding). */
 struct cbt_binding {
@@ -122,11 +122,6 @@ struct cbt_bitmap {
   void *opaque;
 };
 
-/* NULL if granularity is fine for chunk size chunk_size, else a message
- * saying what is wrong.
- */
-extern const char *cbt_check_granularity (int64_t granularity,
-                                          int64_t chunk_size);
 
 /* This system's boot id (SNAPFG_TEST_BOOT_ID overrides it, so that tests
  * can simulate an unclean system stop).

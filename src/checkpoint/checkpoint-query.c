@@ -19,7 +19,7 @@
 #include "cleanup.h"
 #include "cbt-bitmap.h"
 #include "catalogue.h"
-#include "engine-internal.h"
+#include "engine-checkpoint.h"
 #include "scoped-lock.h"
 #include "snapfg-log.h"
 
@@ -44,7 +44,7 @@ int
 snapfg_checkpoint_list (struct snapfg_engine *e, snapfg_checkpoint_fn fn,
                         void *opaque)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
   int r = 0;
 
   r = checkpoint_need_catalogue (c, "checkpoint list");
@@ -75,7 +75,7 @@ snapfg_checkpoint_changed (struct snapfg_engine *e, const char *since,
                            const char *snapshot, uint32_t *granularity,
                            snapfg_range_fn fn, void *opaque)
 {
-  struct checkpoint_chain *c = e->cbt;
+  struct checkpoint_chain *c = snapfg_engine_checkpoints (e);
   CLEANUP (cbt_bitmap_cleanup) struct cbt_bitmap *u = NULL;
   ssize_t first, end;
   uint32_t g;
@@ -123,7 +123,7 @@ snapfg_checkpoint_changed (struct snapfg_engine *e, const char *since,
     if (c->list.ptr[i]->granularity < g)
       g = c->list.ptr[i]->granularity;
   *granularity = g;
-  u = cbt_bitmap_new_memory (g, e->size);
+  u = cbt_bitmap_new_memory (g, snapfg_size (e));
   if (u == NULL)
     return -ENOMEM;
   for (ssize_t i = first; i < end && r == 0; ++i)
@@ -145,8 +145,8 @@ snapfg_checkpoint_changed (struct snapfg_engine *e, const char *since,
     while (gi < u->granules && cbt_bitmap_test (u, gi))
       gi++;
     stop = gi << u->shift;
-    if (stop > e->size)
-      stop = e->size;
+    if (stop > snapfg_size (e))
+      stop = snapfg_size (e);
     r = fn (opaque, start << u->shift, stop - (start << u->shift));
   }
   return r;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copyright (C) 2026 the snapfg authors */
 /* snapfg: what a snapshot name may be (see snapfg_check_snapshot_name in
- * engine.h).  One function, used for the plugin's snapshot=NAME:COW and
+ * snapshot-name.h).  One function, used for the plugin's snapshot=NAME:COW and
  * for the control socket's create alike.
  *
  * A name is an NBD export name, which the NBD protocol requires to be
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine.h"
+#include "snapshot-name.h"
 
 /* Length of the valid UTF-8 sequence at s (shortest form, no surrogates,
  * at most U+10FFFF), or 0.  *cp gets the code point.
