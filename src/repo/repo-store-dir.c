@@ -311,6 +311,27 @@ dir_del (struct repo_store *s, const char *key)
   return 0;
 }
 
+/* Open the repository's directory path ("" for its top) for a walk,
+ * never through a link: 1 with *d, 0 if there is none (nothing to
+ * walk), or -errno (reported).
+ */
+static int
+open_subdir (struct repo_store *s, const char *path, DIR **d)
+{
+  int fd = openat (dir_fd (s), *path ? path : ".",
+                   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+  if (fd == -1)
+    return errno == ENOENT || errno == ENOTDIR ? 0
+      : io_error (s, *path ? path : ".", "open", errno);
+  *d = fdopendir (fd);
+  if (*d == NULL) {
+    close (fd);
+    return io_error (s, path, "opendir", errno);
+  }
+  return 1;
+}
+
 /* Walk the directory path (relative to the store), reporting every
  * regular file whose key starts with prefix.
  */
@@ -318,20 +339,13 @@ static int
 walk (struct repo_store *s, const char *path, const char *prefix,
       repo_list_fn fn, void *opaque)
 {
-  int fd = openat (dir_fd (s), *path ? path : ".",
-                   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   DIR *d;
   struct dirent *e;
-  int r = 0;
+  int r = open_subdir (s, path, &d);
 
-  if (fd == -1)
-    return errno == ENOENT || errno == ENOTDIR ? 0
-      : io_error (s, *path ? path : ".", "open", errno);
-  d = fdopendir (fd);
-  if (d == NULL) {
-    close (fd);
-    return io_error (s, path, "opendir", errno);
-  }
+  if (r <= 0)
+    return r;
+  r = 0;
   while (r == 0 && (errno = 0, e = readdir (d)) != NULL) {
     char key[PATH_MAX];
     struct stat st;
@@ -499,20 +513,13 @@ static int
 clean_walk (struct repo_store *s, const char *path, int64_t older_than,
             bool dry_run, uint64_t *count)
 {
-  int fd = openat (dir_fd (s), *path ? path : ".",
-                   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   DIR *d;
   struct dirent *e;
-  int r = 0;
+  int r = open_subdir (s, path, &d);
 
-  if (fd == -1)
-    return errno == ENOENT || errno == ENOTDIR ? 0
-      : io_error (s, *path ? path : ".", "open", errno);
-  d = fdopendir (fd);
-  if (d == NULL) {
-    close (fd);
-    return io_error (s, path, "opendir", errno);
-  }
+  if (r <= 0)
+    return r;
+  r = 0;
   while (r == 0 && (e = readdir (d)) != NULL) {
     char name[PATH_MAX];
     struct stat st;
