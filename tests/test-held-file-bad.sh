@@ -187,10 +187,29 @@ wait_nbdkit_death "$pid" 30
 [ -n "$(find "$held_dir" -maxdepth 1 -name 'snapfg-held-*')" ] ||
     check_fail "nothing held: no held file after the kill"
 start_snapfg "$sock" "$pid" origin="$origin"
-grep -q "replayed 0 held writes" "$pid.log" &&
-    info "ok: nothing held: the start without its store replays nothing and goes on" ||
-    check_fail "nothing held: $(grep -o 'replayed.*' "$pid.log")"
+grep -q "with no write to replay: removed" "$pid.log" &&
+    info "ok: nothing held: the start without its store removes the file and goes on" ||
+    check_fail "nothing held: $(grep -o 'held file.*' "$pid.log")"
 stop_nbdkit "$pid"
+
+# Nor does it bind the boot or the origin's inode: a start refused after
+# the file was made (a catalogue that finds its origin replaced), or a
+# kill with nothing held, must not block the next start of the disk put
+# back, nor one after a reboot.
+start_snapfg "$sock" "$pid" origin="$origin"
+kill -KILL "$(nbdkit_pid "$pid")"
+wait_nbdkit_death "$pid" 30
+cp "$origin" "$origin.copy"
+mv "$origin" "$origin.old"
+mv "$origin.copy" "$origin"
+SNAPFG_TEST_BOOT_ID=00000000-0000-0000-0000-000000000000 \
+    start_snapfg "$sock" "$pid" origin="$origin"
+grep -q "with no write to replay: removed" "$pid.log" &&
+    info "ok: nothing held, origin replaced, another boot: removed, the start goes on" ||
+    check_fail "nothing held, origin replaced: $(grep -o 'held file.*' "$pid.log")"
+stop_nbdkit "$pid"
+rm -f "$origin"
+mv "$origin.old" "$origin"
 
 # The default held directory: without $RUNTIME_DIRECTORY and
 # $XDG_RUNTIME_DIR the first of /run/snapfg and /dev/shm/snapfg-UID that

@@ -94,6 +94,8 @@ crash_round() {
     if [ "$wb" = on ]; then
         if grep -q "replayed [0-9]* held write" "$pid.log"; then
             info "$name: $(grep -o 'replayed [0-9]* held writes\? ([0-9]* bytes)' "$pid.log")"
+        elif grep -q "with no write to replay: removed" "$pid.log"; then
+            info "$name: nothing was held at the crash (the held file was removed)"
         else
             check_fail "$name: the restart did not log a replay"
         fi

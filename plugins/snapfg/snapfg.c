@@ -189,7 +189,7 @@ open_engine (void)
     origin.dev = id.dev;
     origin.ino = id.ino;
     if (catalogue_open (params.state_path, &origin, &catalogue) < 0)
-      return -1;
+      goto fail;        /* the engine's held file goes with it */
     snapfg_engine_set_catalogue (engine, catalogue);
   }
   /* The checkpoints (they need the catalogue) track from here on: before

@@ -373,6 +373,23 @@ held_file_open_existing (struct held_file *hf, const struct held_binding *b,
   if (problem)
     return refuse (hf, problem);
 
+  /* The ring first: a file whose every write was applied (a start that
+   * failed after making it, a stop that could not remove it) holds
+   * nothing to lose, whatever it was bound to.
+   */
+  problem = held_mark_decode (hf->map + hf->layout.mark_off, &mark);
+  if (problem)
+    return refuse (hf, problem);
+  r = held_records_scan (hf->map + hf->layout.ring_off, hf->slots, mark,
+                         hf->layout.data_off, st.st_size, UINT32_MAX,
+                         rp, why, sizeof why);
+  if (r == -EINVAL)
+    return refuse (hf, why);
+  if (r < 0)
+    return r;
+  if (rp->n == 0)
+    return 1;
+
   /* Bound to this boot, this origin. */
   if (read_boot_id (now_boot, sizeof now_boot) < 0 ||
       strcmp (now_boot, hdr->boot_id) != 0) {
@@ -403,15 +420,7 @@ held_file_open_existing (struct held_file *hf, const struct held_binding *b,
     return refuse (hf, why);
   }
 
-  problem = held_mark_decode (hf->map + hf->layout.mark_off, &mark);
-  if (problem)
-    return refuse (hf, problem);
-  r = held_records_scan (hf->map + hf->layout.ring_off, hf->slots, mark,
-                         hf->layout.data_off, st.st_size, UINT32_MAX,
-                         rp, why, sizeof why);
-  if (r == -EINVAL)
-    return refuse (hf, why);
-  return r;
+  return 0;
 }
 
 int

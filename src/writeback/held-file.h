@@ -74,8 +74,10 @@ extern int held_file_exists (struct held_file *hf);
 /* Open the existing held file for a replay: its type, owner and mode,
  * header, boot and origin checked, its ring walked (held-record.h).
  * Returns 0 with the records to replay in *rp (the file is open and
- * mapped), or -errno with what is wrong logged, naming the file and
- * what to do.  Writes nothing.
+ * mapped); 1 if the file is whole and holds no write to replay (its
+ * boot and origin are not checked then: nothing in it can be lost or
+ * misapplied); or -errno with what is wrong logged, naming the file
+ * and what to do.  Writes nothing.
  */
 extern int held_file_open_existing (struct held_file *hf,
                                     const struct held_binding *b,

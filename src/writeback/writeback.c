@@ -632,6 +632,15 @@ open_held_file (struct writeback *wb, const struct writeback_options *o)
     r = held_file_open_existing (&wb->file, &wb->binding, &wb->replay, &hdr);
     if (r < 0)
       return r;
+    if (r == 1) {
+      /* Every write in it was applied: it goes, and a new one is made. */
+      snapfg_notice ("held file %s: left by an earlier start, with no "
+                     "write to replay: removed", wb->file.path);
+      free (wb->replay.r);
+      wb->replay.r = NULL;
+      held_file_close (&wb->file, true);
+      goto create;
+    }
     if (wb->e->origin.readonly) {
       snapfg_error ("held file %s: the origin is open read-only, so its "
                     "%zu held writes cannot be replayed: start once "
@@ -648,6 +657,7 @@ open_held_file (struct writeback *wb, const struct writeback_options *o)
     wb->replay_pending = true;
     return 0;
   }
+ create:
   if (!wb->enabled)
     return 0;
   r = held_file_create (&wb->file, &wb->binding, NULL, 0);
