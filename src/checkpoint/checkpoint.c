@@ -144,7 +144,8 @@ snapfg_checkpoints_open (struct snapfg_engine *e, struct catalogue *cat,
   r = catalogue_checkpoints (cat, &recs, &nrecs);
   if (r < 0)
     return r;
-  qsort (recs, nrecs, sizeof *recs, compare_seq);
+  if (nrecs > 1)
+    qsort (recs, nrecs, sizeof *recs, compare_seq);
   if (checkpoint_vector_reserve (&c->list, nrecs) < 0) {
     catalogue_checkpoints_free (recs, nrecs);
     return -ENOMEM;

@@ -170,7 +170,8 @@ snapfg_snapshot_changed (struct snapfg_snapshot *s, snapfg_range_fn fn,
     if (!snapshot_writes_only_snapshot (s, chunks[i]))
       chunks[j0++] = chunks[i];
   n = j0;
-  qsort (chunks, n, sizeof *chunks, compare_chunks);
+  if (n > 1)
+    qsort (chunks, n, sizeof *chunks, compare_chunks);
   for (i = 0; i < n && r == 0; ) {
     size_t j = i + 1;
     uint64_t start, end;

@@ -55,7 +55,8 @@ idset_sort_unique (struct idset *s)
 {
   size_t j = 0;
 
-  qsort (s->ids, s->n, REPO_DIGEST_LEN, cmp_id);
+  if (s->n > 1)
+    qsort (s->ids, s->n, REPO_DIGEST_LEN, cmp_id);
   for (size_t i = 0; i < s->n; ++i)
     if (j == 0 || memcmp (s->ids + (j - 1) * REPO_DIGEST_LEN,
                           s->ids + i * REPO_DIGEST_LEN, REPO_DIGEST_LEN))

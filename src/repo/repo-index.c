@@ -271,7 +271,8 @@ repo_list_runs (struct repo *r, const char *disk, long **runs, size_t *n)
     free (rs.runs);
     return ret;
   }
-  qsort (rs.runs, rs.n, sizeof *rs.runs, cmp_long);
+  if (rs.n > 1)
+    qsort (rs.runs, rs.n, sizeof *rs.runs, cmp_long);
   *runs = rs.runs;
   *n = rs.n;
   return 0;
@@ -326,7 +327,8 @@ repo_list_disks (struct repo *r, char ***disks, size_t *n)
     repo_free_names (ds.names, ds.n);
     return ret;
   }
-  qsort (ds.names, ds.n, sizeof *ds.names, cmp_str);
+  if (ds.n > 1)
+    qsort (ds.names, ds.n, sizeof *ds.names, cmp_str);
   *disks = ds.names;
   *n = ds.n;
   return 0;

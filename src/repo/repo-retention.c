@@ -72,7 +72,8 @@ repo_prune_select (struct repo_prune_run *runs, size_t n,
     abort ();
   for (size_t i = 0; i < n; ++i)
     sorted[i] = &runs[i];
-  qsort (sorted, n, sizeof *sorted, newest_first);
+  if (n > 1)
+    qsort (sorted, n, sizeof *sorted, newest_first);
   for (int k = 0; k < REPO_KEEP_N; ++k) {
     size_t nkept = 0, already = 0;
     char (*done)[32] = calloc (n ? n : 1, 32);

@@ -62,7 +62,8 @@ data_ranges (const struct held_view *v, uint32_t count, uint64_t offset,
                     &o->ranges[n].from, &o->ranges[n].to);
     n++;
   }
-  qsort (o->ranges, n, sizeof *o->ranges, compare_from);
+  if (n > 1)
+    qsort (o->ranges, n, sizeof *o->ranges, compare_from);
   o->n = 0;
   for (size_t i = 0; i < n; ++i) {
     if (o->n && o->ranges[i].from <= o->ranges[o->n - 1].to) {

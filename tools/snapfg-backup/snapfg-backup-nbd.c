@@ -44,7 +44,8 @@ normalise_ranges (struct copy_range *r, size_t n, uint64_t block,
     r[i].offset = start;
     r[i].length = end > start ? end - start : 0;
   }
-  qsort (r, n, sizeof *r, cmp_range);
+  if (n > 1)
+    qsort (r, n, sizeof *r, cmp_range);
   for (size_t i = 0; i < n; ++i) {
     if (r[i].length == 0)
       continue;

@@ -149,7 +149,8 @@ repo_cmd_verify (struct repo_options *o, const char *location)
     }
   if (vs.n) {
     size_t j = 0;
-    qsort (vs.ids, vs.n, REPO_DIGEST_LEN, cmp_id);
+    if (vs.n > 1)
+      qsort (vs.ids, vs.n, REPO_DIGEST_LEN, cmp_id);
     for (size_t i = 0; i < vs.n; ++i)
       if (j == 0 || memcmp (vs.ids + (j - 1) * REPO_DIGEST_LEN,
                             vs.ids + i * REPO_DIGEST_LEN, REPO_DIGEST_LEN))

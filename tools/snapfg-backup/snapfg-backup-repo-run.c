@@ -454,7 +454,8 @@ repo_cmd_backup (struct repo_options *o, const char *location)
     backup_error ("%s: cannot list damaged chunks", location);
     goto out_writer;
   }
-  qsort (rr.damaged, rr.ndamaged, REPO_DIGEST_LEN, cmp_id);
+  if (rr.ndamaged > 1)
+    qsort (rr.damaged, rr.ndamaged, REPO_DIGEST_LEN, cmp_id);
   rr.replaced = calloc (rr.ndamaged + 1, sizeof *rr.replaced);
 
   /* 3. The server: the origin's size, our leftovers, the snapshot. */
