@@ -127,6 +127,21 @@ s3_make_bucket() {
         fail "creating bucket $1: HTTP $code: $(cat "$tmpdir/s3-make-bucket.out")"
 }
 
+# The OSD's object classes (rgw needs cls_version and others): Debian
+# 13's Ceph 18 builds in a relative default (lib/<triplet>/rados-classes,
+# so "could not stat class" and radosgw's "Couldn't init storage
+# provider" unless the daemon's directory is /), so the path is made
+# absolute here.
+_s3_class_dir() {
+    local d
+    d=$(ceph-osd --show-config-value osd_class_dir 2>/dev/null) || d=
+    case $d in
+        /*) echo "$d" ;;
+        ?*) echo "/usr/$d" ;;
+        *) echo "/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)/rados-classes" ;;
+    esac
+}
+
 _s3_write_conf() {
     cat >"$S3_GATEWAY_DIR/ceph.conf" <<EOF
 # A throwaway test cluster made by snapfg's tests/s3-functions.sh.
@@ -171,6 +186,7 @@ osd data = $S3_GATEWAY_DIR/osd/\$cluster-\$id
 keyring = \$osd_data/keyring
 admin socket = $S3_GATEWAY_DIR/run/\$name.asok
 osd objectstore = $S3_GATEWAY_STORE
+osd class dir = $(_s3_class_dir)
 osd memory target = 1G
 bluestore block create = true
 bluestore block size = 8G
