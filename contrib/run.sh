@@ -276,10 +276,11 @@ done | sed 's|^\./||' >skipped-parts.txt
 # tests/functions.sh ends every shell test's log with, slowest first
 # (the sanitizer trees' tests included), in test-times.txt.
 find . -name '*.trs' -newer configure 2>/dev/null | while IFS= read -r trs; do
-    t=$(sed -n 's/.*: exit status [0-9]* after \([0-9]*\) s$/\1/p' "${trs%.trs}.log" 2>/dev/null | tail -n 1)
-    [ -z "$t" ] || printf '%s\t%s\n' "$t" "${trs#./}"
+    t=$(sed -n 's/.*: exit status [0-9]* after \([0-9]*\) s.*$/\1/p' "${trs%.trs}.log" 2>/dev/null | tail -n 1)
+    c=$(sed -n 's/.*: exit status [0-9]* after [0-9]* s (CPU \([0-9]*\) s)$/\1/p' "${trs%.trs}.log" 2>/dev/null | tail -n 1)
+    [ -z "$t" ] || printf '%s\t%s\t%s\n' "$t" "${c:--}" "${trs#./}"
 done | sed 's/\.trs$//' | sort -rn >test-times.txt
-say "the slowest tests (seconds; all in test-times.txt):"
+say "the slowest tests (wall seconds, CPU seconds of what they ran; all in test-times.txt):"
 head -n 12 test-times.txt
 nparts=$(wc -l <skipped-parts.txt)
 ntests=$(cut -d: -f1 skipped-parts.txt | sort -u | wc -l)
