@@ -60,6 +60,14 @@ skip() {
     exit 77
 }
 
+# soak_or QUICK SOAK: a round count: QUICK in make check, SOAK under
+# make check-soak (SNAPFG_SOAK=1).  The rounds of a crash loop each try
+# another random moment; make check runs enough of them to cover every
+# configuration, the soak more of the same for the rare interleavings.
+soak_or() {
+    if [ "${SNAPFG_SOAK:-0}" = 1 ]; then echo "$2"; else echo "$1"; fi
+}
+
 # skip_part WHAT: a part of the test cannot run here (a tool missing, not
 # root, a premise the machine did not give): say so on a "SKIP-PART:"
 # line and go on with the rest.  finish() reports the test as passed

@@ -18,7 +18,7 @@
 # The server runs with the default, writeback=on: every acknowledged
 # write must survive an abort (held writes are replayed at the restart;
 # test-writeback-crash.sh runs its loops with writeback=off too).
-#   SNAPFG_DROP_ROUNDS=N   rounds (default 12)
+#   SNAPFG_DROP_ROUNDS=N   rounds (default 6; 24 under make check-soak)
 #   NBDKIT_OPTS="-t 1"     e.g. to measure the single-thread mitigation
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
@@ -26,7 +26,7 @@ require_snapfg
 requires nbdcopy cmp
 "$PY" -c 'import nbd' 2>/dev/null || skip "$PY has no nbd module (python3-libnbd)"
 
-rounds=${SNAPFG_DROP_ROUNDS:-12}
+rounds=${SNAPFG_DROP_ROUNDS:-$(soak_or 6 24)}
 helper=$top_srcdir/tests/client-drop.py
 MIB=1048576
 size=$((64 * MIB))

@@ -30,7 +30,7 @@ for mode in off on; do
     make_random_image "$origin" $((8 * 1024 * 1024))
     "$PY" "$_cfn_dir/lifecycle-loop.py" --dir "$dir" --plugin "$SNAPFG_PLUGIN" \
         --snapfgctl "$SNAPFGCTL" --origin "$origin" --state "$dir/catalogue.json" \
-        --rounds "${SNAPFG_LOOP_ROUNDS:-8}" --seed "$loop_seed" --writeback "$mode" ||
+        --rounds "${SNAPFG_LOOP_ROUNDS:-$(soak_or 4 16)}" --seed "$loop_seed" --writeback "$mode" ||
         fail "the kill -9 loop with writeback=$mode failed (above; seed $loop_seed)"
     "$PY" -c '
 import json, sys

@@ -42,7 +42,7 @@ require_persistent_tools
 persistent_test_files
 size=$((32 * 1024 * 1024))
 CS=4096
-rounds=${SNAPFG_CRASH_ROUNDS:-5}
+rounds=${SNAPFG_CRASH_ROUNDS:-$(soak_or 3 8)}
 nwriters=4
 # writeback=off for the cases that check acknowledged writes,
 # writeback=on for those that check flushed ones.

@@ -27,7 +27,7 @@ require_persistent_tools
 
 persistent_test_files
 size=$((16 * 1024 * 1024))
-rounds=${SNAPFG_CRASH_ROUNDS:-3}
+rounds=${SNAPFG_CRASH_ROUNDS:-$(soak_or 2 4)}
 
 # mark COW: the unsynced mark in the header, bytes 32..63 ("SFGu" and the
 # boot id; "" if none).

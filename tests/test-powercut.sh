@@ -40,8 +40,8 @@
 # writeback=on check that the server did open the COW file with O_DIRECT.
 #
 # SNAPFG_TEST_SEED repeats a run; SNAPFG_POWERCUT_ROUNDS=N runs each
-# configuration N times (default 2, each with its own seed; 1 through
-# files).
+# configuration N times, each with its own seed (default 1; 4 under make
+# check-soak).
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/powercut-functions.sh"
@@ -65,7 +65,7 @@ ctlsock="$tmpdir/ctl.sock"
 oimg="$tmpdir/origin.img"
 cimg="$tmpdir/cow.img"
 pristine="$tmpdir/pristine.img"
-repeat=${SNAPFG_POWERCUT_ROUNDS:-$([ "$via" = nbd ] && echo 2 || echo 1)}
+repeat=${SNAPFG_POWERCUT_ROUNDS:-$(soak_or 1 4)}
 nround=0
 npassed=0
 
