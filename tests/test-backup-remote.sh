@@ -14,6 +14,9 @@
 # - The ssh client killed mid-copy: the server drops the run's snapshot
 #   by itself (snapfgctl --stdio --drop-on-hangup), the chain recorded
 #   so far restores as before, the next run is a correct incremental.
+# - Two disks (two servers) at one instant with -H: one ssh connection
+#   (one login) carries both sessions; a wrong host key refuses the group
+#   before any server is asked.
 
 set -euo pipefail
 source "$(dirname "$0")/backup-functions.sh"
@@ -174,5 +177,51 @@ else
     check_fail "missing remote NBD socket: exit $st, expected 4 naming $missing: $(cat "$tmpdir/bk.log")"
 fi
 [ -z "$(our_snapshots "$ctl")" ] || check_fail "the run without its NBD socket left $(our_snapshots "$ctl")"
+
+# --- two disks at one instant over one ssh connection (issue 31) --------
+# A second server; the group's sessions are channels of one ssh
+# connection (one login in sshd's log), both disks restore byte for
+# byte, and no ssh is left afterwards.  With a wrong host key the shared
+# connection fails before either server is asked for anything.
+make_random_image "$tmpdir/b.img" $((8 * 1024 * 1024))
+start_snapfg "$tmpdir/b.sock" "$tmpdir/b.pid" origin="$tmpdir/b.img" \
+    state="$tmpdir/b.state" control="$tmpdir/b.ctl"
+gdir="$tmpdir/group"
+group_bk() { # KNOWN_HOSTS ARGS...
+    local kh=$1
+    shift
+    bk -H "$user@127.0.0.1:$port" \
+        --ssh-option "IdentityFile=$sd/user_key" --ssh-option IdentitiesOnly=yes \
+        --ssh-option "UserKnownHostsFile=$kh" --ssh-option GlobalKnownHostsFile=/dev/null \
+        --ssh-option StrictHostKeyChecking=yes --remote-snapfgctl "$SNAPFGCTL" \
+        backup "$gdir" --disk a -S "$ctl" -u "$origin" \
+        --disk b -S "$tmpdir/b.ctl" -u "$(uri "$tmpdir/b.sock")" "$@"
+}
+st=0; group_bk "$sd/wrong_known_hosts" || st=$?
+if [ "$st" -eq 4 ] && grep -qi 'host key' "$tmpdir/bk.log"; then
+    info "ok: two disks, a wrong host key: refused before any server was asked: $(grep -m1 'connection the disks share' "$tmpdir/bk.log" | cut -c1-160)"
+else
+    check_fail "two disks, wrong host key: exit $st, expected 4: $(cat "$tmpdir/bk.log")"
+fi
+[ -z "$(our_snapshots "$ctl")$(our_snapshots "$tmpdir/b.ctl")" ] ||
+    check_fail "the refused group left snapshots"
+save_origin "$origin" "$tmpdir/group-a.img"
+cp "$tmpdir/b.img" "$tmpdir/group-b.img"
+logins=$(grep -c 'Accepted publickey' "$sd/sshd.log" || true)
+st=0; group_bk "$sd/known_hosts" || st=$?
+[ "$st" -eq 0 ] || { cat "$tmpdir/bk.log" >&2; fail "the group backup over -H: exit $st"; }
+n=$(( $(grep -c 'Accepted publickey' "$sd/sshd.log" || true) - logins ))
+[ "$n" -eq 1 ] && info "ok: two disks over -H: one ssh login for both sessions" ||
+    check_fail "two disks over -H: $n ssh logins, expected 1 (one shared connection)"
+grep -q "one ssh connection to" "$tmpdir/bk.log" ||
+    check_fail "the group did not say it shares one ssh connection: $(cat "$tmpdir/bk.log")"
+for d in a b; do
+    bk restore "$gdir" "$tmpdir/group-r-$d.img" --disk "$d" --at 1 ||
+        { cat "$tmpdir/bk.log" >&2; check_fail "restore of disk $d"; continue; }
+    files_equal "$tmpdir/group-r-$d.img" "$tmpdir/group-$d.img" \
+        "two disks over -H: disk $d restores byte for byte"
+done
+pgrep -f -- "-p $port " >/dev/null && check_fail "an ssh of the group is still running: $(pgrep -af -- "-p $port ")"
+stop_nbdkit "$tmpdir/b.pid"
 
 finish

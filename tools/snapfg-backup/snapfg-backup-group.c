@@ -67,6 +67,8 @@ struct group {
   const char *repo;
   struct group_disk *disks;
   size_t n;
+  struct ssh_master ssh;        /* -H: the connection the disks share */
+  char **ssh_options;           /* --ssh-option and the master's socket */
   char id[64];
   double held_s;
   bool held;
@@ -236,10 +238,45 @@ group_id (struct group *g)
             rnd[1], rnd[2], rnd[3]);
 }
 
+/* -H with several disks: one ssh connection, made first, that every
+ * disk's session runs over (snapfg-backup-ssh-master.c).
+ */
+static int
+group_share_ssh (struct group *g)
+{
+  const struct backup_options *o = g->o;
+  size_t n = o->nssh_options;
+  int status;
+
+  status = ssh_master_start (o, &g->ssh);
+  if (status != EXIT_OK)
+    return status;
+  g->ssh_options = calloc (n + 2, sizeof *g->ssh_options);
+  if (g->ssh_options == NULL) {
+    backup_error ("out of memory");
+    return EXIT_FAILED;
+  }
+  memcpy (g->ssh_options, o->ssh_options, n * sizeof *g->ssh_options);
+  g->ssh_options[n] = g->ssh.option;
+  /* Never a connection of its own: the master's or none. */
+  g->ssh_options[n + 1] = (char *) "ControlMaster=no";
+  for (size_t i = 0; i < g->n; ++i) {
+    g->disks[i].o.ssh_options = g->ssh_options;
+    g->disks[i].o.nssh_options = n + 2;
+  }
+  backup_info ("one ssh connection to %s for the %zu disks", o->host, g->n);
+  return EXIT_OK;
+}
+
 /* 1: every disk's session and run, prepared. */
 static int
 group_prepare (struct group *g)
 {
+  if (g->o->host && g->n > 1) {
+    int status = group_share_ssh (g);
+    if (status != EXIT_OK)
+      return status;
+  }
   for (size_t i = 0; i < g->n; ++i) {
     struct group_disk *d = &g->disks[i];
     int status;
@@ -291,7 +328,7 @@ group_json (struct group *g, int status)
 int
 cmd_backup_group (struct backup_options *o, const char *repo)
 {
-  struct group g = { .o = o, .repo = repo };
+  struct group g = { .o = o, .repo = repo, .ssh = { .pid = -1 } };
   struct backup_disk single = { .name = NULL, .socket = o->socket,
                                 .uri = o->uri };
   bool json = tool_out.json, hooks_failed = false;
@@ -387,6 +424,8 @@ cmd_backup_group (struct backup_options *o, const char *repo)
     if (d->session_open)
       session_close (&d->o);
   }
+  ssh_master_stop (&g.ssh);
+  free (g.ssh_options);
   json_decref (info);
   free (g.disks);
   return status;

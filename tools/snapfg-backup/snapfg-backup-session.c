@@ -55,8 +55,8 @@ append_quoted (char_vector *cmd, const char *arg)
 }
 
 /* Split -H [USER@]HOST[:PORT] ([IPV6]:PORT too) into DEST and PORT. */
-static int
-parse_host (const char *spec, char **dest, char **port)
+int
+ssh_parse_host (const char *spec, char **dest, char **port)
 {
   const char *at = strchr (spec, '@');
   const char *host = at ? at + 1 : spec, *colon;
@@ -168,7 +168,7 @@ open_remote (struct backup_options *o, struct backup_session *s)
   const char *tmp = getenv ("TMPDIR");
   int status = EXIT_FAILED;
 
-  if (parse_host (o->host, &dest, &port) == -1) {
+  if (ssh_parse_host (o->host, &dest, &port) == -1) {
     backup_error ("-H %s: not [USER@]HOST[:PORT]", o->host);
     return EXIT_USAGE;
   }

@@ -34,6 +34,7 @@
 #include <signal.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 #include <libnbd.h>
@@ -247,6 +248,29 @@ struct backup_session {
  */
 extern int session_open (struct backup_options *o, const char *dir_path);
 extern void session_close (struct backup_options *o);
+
+/* Split -H [USER@]HOST[:PORT] ([IPV6]:PORT too) into what ssh takes:
+ * DEST and PORT (NULL: ssh's default).  -1 if it is not that.
+ */
+extern int ssh_parse_host (const char *spec, char **dest, char **port);
+
+/* --- one ssh connection for several disks (snapfg-backup-ssh-master.c) */
+
+struct ssh_master {
+  pid_t pid;                    /* ssh -N -o ControlMaster=yes */
+  char *dir;                    /* private directory of its socket */
+  char *path;                   /* its control socket */
+  char *option;                 /* "ControlPath=PATH", for the sessions */
+};
+
+/* Connect and log in to -H's host once (o's --ssh-option, -p, BatchMode):
+ * returns EXIT_OK when the master's control socket is ready, or the
+ * exit status after a message naming the host and ssh's own reason.
+ */
+extern int ssh_master_start (const struct backup_options *o,
+                             struct ssh_master *m);
+/* Stop it (every session over it closed first); safe on a failed start. */
+extern void ssh_master_stop (struct ssh_master *m);
 
 /* --- control requests (snapfg-backup-control.c) --- */
 
