@@ -9,6 +9,7 @@
  *   snapfg-backup [-H ...] backup REPO --disk NAME -S CONTROL -u NBD_URI
  *                 [--disk NAME -S CONTROL -u NBD_URI]... [the same options]
  *   snapfg-backup restore REPO OUT --disk NAME [--at N] [--key-file F]
+ *                 [--limit-rate R]
  *   snapfg-backup verify REPO [--disk NAME] [--at N | --all] [--key-file F]
  *   snapfg-backup list REPO [--disk NAME]
  *   snapfg-backup prune REPO [--disk NAME] --keep-last N [--keep-hourly N]
