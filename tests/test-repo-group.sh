@@ -24,10 +24,15 @@
 #     waiting on it completes), the run fails and is rolled back (no
 #     snapshot, no new checkpoint, no index on either disk); the next run
 #     after the restart is whole and leaves one checkpoint per server;
-#  4. --limit-rate on a backup into the repository and a restore from it:
+#  4. the backup host killed (SIGKILL) while writes are held: every
+#     server resumes by itself at its timeout (a write waiting on each
+#     completes), nothing is recorded, the next run drops what it left and
+#     restores; stopped by SIGTERM it resumes the servers and drops its
+#     snapshots and checkpoints itself;
+#  5. --limit-rate on a backup into the repository and a restore from it:
 #     accepted, the data right, no faster than the rate (a lower bound
 #     only; the accuracy is measured by make bench-serve);
-#  5. command lines refused (exit 2).
+#  6. command lines refused (exit 2).
 
 set -euo pipefail
 source "$(dirname "$0")/repo-functions.sh"
@@ -302,7 +307,64 @@ for d in a b; do
 done
 
 # =====================================================================
-info "=== 4. --limit-rate"
+info "=== 4. the backup host killed while writes are held"
+timeouts_a=$(stat_of "$tmpdir/a.ctl" 'd["suspend_timeouts"]')
+SNAPFG_BACKUP_TEST_HOLD_SECONDS=60 "$SNAPFG_BACKUP" backup "$repo" \
+    "${disk_args[@]}" >"$tmpdir/bk4.log" 2>&1 &
+bk_pid=$!
+wait_until 30 has_snapshot "$tmpdir/b.ctl" || fail "server b never had the run's snapshot"
+kill -KILL "$bk_pid"
+wait "$bk_pid" 2>/dev/null || true
+# A write on each server waits, then completes when its server resumes
+# by itself (10 s).
+for d in a b; do
+    timeout 60 "$PY" -c '
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+h.pwrite(b"\x44" * 4096, 131072); h.flush(); h.shutdown()' "$(uri "$tmpdir/$d.sock")" &&
+        info "ok: server $d takes writes again after the host died" ||
+        check_fail "server $d: a write did not complete after the host died"
+done
+[ "$(stat_of "$tmpdir/a.ctl" 'd["suspend_timeouts"]')" = $((timeouts_a + 1)) ] ||
+    check_fail "server a did not resume by its timeout"
+[ "$(runs_of a)" -eq 6 ] && [ "$(runs_of b)" -eq 5 ] ||
+    check_fail "the killed run was recorded: a $(runs_of a), b $(runs_of b) runs"
+# The next run removes what the killed one left (its writer's process
+# is gone), and is whole.
+rb backup "$repo" "${disk_args[@]}" ||
+    { cat "$tmpdir/rb.log"; fail "the run after the killed host failed"; }
+for d in a b; do
+    server_clean "$d" "the run after the killed host"
+    nbdcopy "$(uri "$tmpdir/$d.sock")" "$tmpdir/now-$d.img"
+    rb restore "$repo" "$tmpdir/host-$d.img" --disk "$d" &&
+        cmp "$tmpdir/host-$d.img" "$tmpdir/now-$d.img" &&
+        info "ok: disk $d: the run after the killed host restores byte for byte" ||
+        check_fail "disk $d: the run after the killed host: $(cat "$tmpdir/rb.log")"
+done
+# SIGTERM: the host resumes the servers and drops its snapshots and
+# checkpoints itself.
+timeouts_a=$(stat_of "$tmpdir/a.ctl" 'd["suspend_timeouts"]')
+for d in a b; do checkpoints_of "$d" >"$tmpdir/ckpt-$d.before"; done
+SNAPFG_BACKUP_TEST_HOLD_SECONDS=60 "$SNAPFG_BACKUP" backup "$repo" \
+    "${disk_args[@]}" >"$tmpdir/bk5.log" 2>&1 &
+bk_pid=$!
+wait_until 30 has_snapshot "$tmpdir/b.ctl" || fail "server b never had the run's snapshot"
+kill -TERM "$bk_pid"
+st=0; wait "$bk_pid" || st=$?
+[ "$st" -ne 0 ] || check_fail "a run stopped by SIGTERM succeeded"
+for d in a b; do
+    server_clean "$d" "SIGTERM"
+    checkpoints_of "$d" | cmp -s - "$tmpdir/ckpt-$d.before" ||
+        check_fail "SIGTERM: disk $d's checkpoints changed"
+done
+[ "$(stat_of "$tmpdir/a.ctl" 'd["suspend_timeouts"]')" = "$timeouts_a" ] &&
+    info "ok: SIGTERM: the host resumed the servers and dropped its snapshots itself" ||
+    check_fail "SIGTERM: the host did not resume server a itself"
+[ "$(runs_of a)" -eq 7 ] && [ "$(runs_of b)" -eq 6 ] ||
+    check_fail "the run stopped by SIGTERM was recorded"
+
+# =====================================================================
+info "=== 5. --limit-rate"
 nbdcopy "$(uri "$tmpdir/a.sock")" "$tmpdir/now-a.img"
 t0=$(date +%s.%N)
 rb -S "$tmpdir/a.ctl" -u "$(uri "$tmpdir/a.sock")" --json backup "$repo" --disk a \
@@ -331,7 +393,7 @@ assert t2 - t1 >= size / (8 << 20) - 0.2, ("restore", t2 - t1)
     check_fail "--limit-rate: a copy was faster than the rate ($t0 $t1 $t2, $read_bytes bytes)"
 
 # =====================================================================
-info "=== 5. command lines refused"
+info "=== 6. command lines refused"
 refused() {  # WHAT PATTERN ARGS...
     local what=$1 pat=$2 st=0
     shift 2
@@ -350,7 +412,7 @@ refused "several disks to list" "one --disk at a time" list "$repo" --disk a --d
 refused "hooks on verify" "not this command's" verify "$repo" --pre-snapshot true
 refused "--limit-rate on list" "not this command's" list "$repo" --limit-rate 1M
 refused "a bad --limit-rate" "limit-rate" restore "$repo" "$tmpdir/x.img" --disk a --limit-rate 12Q
-[ "$(runs_of a)" -eq 7 ] && [ "$(runs_of b)" -eq 5 ] ||
+[ "$(runs_of a)" -eq 8 ] && [ "$(runs_of b)" -eq 6 ] ||
     check_fail "a refused command line made a run"
 
 finish
