@@ -188,7 +188,7 @@ group_snapshots (struct group *g)
   int r = 0;
   size_t i;
 
-  for (i = 0; i < g->n && r == 0; ++i) {
+  for (i = 0; i < g->n && r == 0 && !backup_interrupted; ++i) {
     json_t *reply = group_call (&g->disks[i], CONTROL_SUSPEND,
                                 "holding writes (suspend)");
     if (reply == NULL)
@@ -201,9 +201,12 @@ group_snapshots (struct group *g)
   for (i = 0; i < g->n && r == 0 && !backup_interrupted; ++i)
     if (g->kind->snapshot (g->disks[i].run) != EXIT_OK)
       r = -1;
-  /* Tests only: the writes stay held this long (a host killed here). */
+  /* Tests only: the writes stay held this long (a host killed here),
+   * unless a signal stops the run (the resumes below go at once).
+   */
   if (hold && r == 0)
-    sleep (atoi (hold));
+    for (int t = atoi (hold) * 10; t > 0 && !backup_interrupted; --t)
+      usleep (100000);
   for (i = 0; i < g->n; ++i) {
     struct group_disk *d = &g->disks[i];
     json_t *reply;
