@@ -101,7 +101,8 @@ for r in d["runs"]:
 PYEOF
         info "ok: run $n: --json has the group, the held time and both disks' runs" ||
         { cat "$tmpdir/rb.log"; check_fail "run $n: --json"; }
-    grep -q "writes held on 2 servers for" "$tmpdir/rb.log" ||
+    grep -q "writes held on 2 servers for" "$tmpdir/rb.log" &&
+        info "run $n: $(grep -o "writes held on 2 servers for [0-9]* ms" "$tmpdir/rb.log")" ||
         check_fail "run $n: the held time is not logged"
 done
 touch "$tmpdir/stop"
