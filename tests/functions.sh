@@ -190,24 +190,26 @@ _cleanup() {
     else
         rm -rf "$tmpdir" "$held_dir"
     fi
-    echo "$test_name: exit status $rc after $((SECONDS - _test_start)) s (CPU $(_children_cpu) s)"
+    _children_cpu
+    echo "$test_name: exit status $rc after $((SECONDS - _test_start)) s (CPU $_cpu s)"
     exit "$rc"
 }
-# _children_cpu: user + system seconds of the processes this test
-# waited for (the servers, clients and tools it ran), whole seconds: what
-# a test costs on a shared machine, where its wall time depends on the
-# others.
+# _children_cpu: sets _cpu to the user + system seconds of the processes
+# this test waited for (the servers, clients and tools it ran), whole
+# seconds: what a test costs on a shared machine, where its wall time
+# depends on the others.  Called in the test's own shell, never in $(...):
+# a subshell has no children of its own.
 _children_cpu() {
     local tf u s
-    # times in this shell, not in a subshell (which has no children)
+    _cpu=-
     tf=$(mktemp) || return 0
     times >"$tf"
     { read -r _ _; read -r u s; } <"$tf"
-    rm -f "$tf"
-    awk -v u="$u" -v s="$s" 'function sec(t,  m) {
+    _cpu=$(awk -v u="$u" -v s="$s" 'function sec(t,  m) {
         m = t; sub(/m.*/, "", m); sub(/^[0-9]*m/, "", t); sub(/s$/, "", t)
         return m * 60 + t }
-        BEGIN { printf "%d", sec(u) + sec(s) + 0.5 }'
+        BEGIN { printf "%d", sec(u) + sec(s) + 0.5 }')
+    rm -f "$tf"
 }
 trap _cleanup EXIT
 trap 'exit 130' INT

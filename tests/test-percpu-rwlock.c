@@ -223,6 +223,13 @@ test_writer_waits_for_readers (void)
   t2 = percpu_rwlock_read_lock (&lock);
   atomic_store (&writer_has_lock, false);
   pthread_create (&w, NULL, writer_once, NULL);
+  /* Until the writer is waiting: on a loaded machine its thread may not
+   * run for a while, and a reader arriving before it rightly gets in.
+   */
+  for (int i = 0; i < 5000 && atomic_load (&lock.writer) == 0; ++i)
+    usleep (1000);
+  if (atomic_load (&lock.writer) == 0)
+    FAIL ("the writer did not start waiting within 5 s");
   usleep (100 * 1000);
   if (atomic_load (&writer_has_lock))
     FAIL ("the writer got the lock while readers held it");
