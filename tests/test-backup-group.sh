@@ -25,11 +25,12 @@
 #     drops its snapshots itself.
 set -euo pipefail
 source "$(dirname "$0")/backup-functions.sh"
+source "$(dirname "$0")/group-functions.sh"
 require_backup_tools
 
 size=$((16 * 1024 * 1024))
 repo="$tmpdir/repo"
-writer="$(dirname "$0")/group-writer.py"
+writer=$GROUP_WRITER
 
 # Server b is killed with SIGKILL in section 3 and started again with
 # the default writeback=on: its held file, bound to the run's temporary
@@ -45,38 +46,8 @@ require_checkpoints "$tmpdir/a.ctl"
 disk_args=(--disk a -S "$tmpdir/a.ctl" -u "$(uri "$tmpdir/a.sock")"
            --disk b -S "$tmpdir/b.ctl" -u "$(uri "$tmpdir/b.sock")")
 
-# counter FILE: the counter at offset 0 of FILE.
-counter() {
-    "$PY" -c 'import struct, sys; print(struct.unpack("<Q", open(sys.argv[1], "rb").read(8))[0])' "$1"
-}
-
-# expect_disk FILE ORIG N WHAT: FILE is ORIG with counter N's block at 0.
-expect_disk() {
-    "$PY" - "$1" "$2" "$3" <<'PYEOF' && info "ok: $4" || check_fail "$4: not the origin at its instant"
-import struct, sys
-got = open(sys.argv[1], "rb").read()
-want = bytearray(open(sys.argv[2], "rb").read())
-n = int(sys.argv[3])
-if n:
-    want[0:4096] = struct.pack("<Q", n) + bytes(4088)
-sys.exit(0 if got == bytes(want) else 1)
-PYEOF
-}
-
 # snapshots_left CTL: the snapfg-backup snapshots on a server.
 snapshots_left() { our_snapshots "$1" | wc -l; }
-
-# stat_of CTL EXPR: EXPR of the origin's stats (d).
-stat_of() {
-    "$SNAPFGCTL" -S "$1" --json stats >"$tmpdir/stats.json"
-    "$PY" -c '
-import json, sys
-d = [x for x in json.load(open(sys.argv[1]))["exports"] if x["export"] == "origin"][0]
-print(eval(sys.argv[2]))' "$tmpdir/stats.json" "$2"
-}
-
-# is_suspended CTL: the server holds writes now.
-is_suspended() { [ "$(stat_of "$1" 'd["suspended"]')" = True ]; }
 
 # =====================================================================
 info "=== 1. three runs of both disks under a writer"

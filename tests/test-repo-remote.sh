@@ -9,6 +9,9 @@
 # - A full and an incremental run of a disk, each restored byte for
 #   byte; the incremental reads only what changed.
 # - The server has no snapshot left and only the last run's checkpoint.
+# - Two disks at one instant into the repository over -H: both sessions
+#   are channels of one ssh connection (one login), both disks restore
+#   byte for byte, list shows them in one group, no ssh is left.
 
 set -euo pipefail
 source "$(dirname "$0")/repo-functions.sh"
@@ -114,5 +117,36 @@ grep -q 'streamlocal' "$sd/sshd.log" ||
 [ -z "$(repo_snapshots "$ctl")" ] || check_fail "remote runs left snapshots: $(repo_snapshots "$ctl")"
 [ "$(repo_checkpoints "$ctl" | wc -l)" -eq 1 ] ||
     check_fail "checkpoints after the remote runs: $(repo_checkpoints "$ctl" | tr '\n' ' ')"
+
+# --- two disks at one instant over one ssh connection (issue 31) --------
+make_random_image "$tmpdir/b.img" $((8 * 1024 * 1024))
+start_snapfg "$tmpdir/b.sock" "$tmpdir/b.pid" origin="$tmpdir/b.img" \
+    state="$tmpdir/b.state" control="$tmpdir/b.ctl"
+save_origin "$origin" "$tmpdir/expect-d-3.img"
+cp "$tmpdir/b.img" "$tmpdir/expect-e-1.img"
+logins=$(grep -c 'Accepted publickey' "$sd/sshd.log" || true)
+st=0
+rb -H "$user@127.0.0.1:$port" \
+    --ssh-option "IdentityFile=$sd/user_key" --ssh-option IdentitiesOnly=yes \
+    --ssh-option "UserKnownHostsFile=$sd/known_hosts" --ssh-option GlobalKnownHostsFile=/dev/null \
+    --ssh-option StrictHostKeyChecking=yes --remote-snapfgctl "$SNAPFGCTL" --json \
+    backup "$repo" --disk d -S "$ctl" -u "$origin" \
+    --disk e -S "$tmpdir/b.ctl" -u "$(uri "$tmpdir/b.sock")" || st=$?
+[ "$st" -eq 0 ] || { cat "$tmpdir/rb.log" >&2; fail "two disks over -H into the repository: exit $st"; }
+n=$(( $(grep -c 'Accepted publickey' "$sd/sshd.log" || true) - logins ))
+[ "$n" -eq 1 ] && info "ok: two disks over -H: one ssh login for both sessions" ||
+    check_fail "two disks over -H: $n ssh logins, expected 1 (one shared connection)"
+grep -q "one ssh connection to" "$tmpdir/rb.log" ||
+    check_fail "the group did not say it shares one ssh connection: $(cat "$tmpdir/rb.log")"
+rb_restores "$repo" d 3
+rb_restores "$repo" e 1
+[ "$(repo_json "$repo" 'j["disks"][0]["runs"][-1]["group"]' --disk d)" = \
+  "$(repo_json "$repo" 'j["disks"][0]["runs"][-1]["group"]' --disk e)" ] &&
+    info "ok: list shows both disks' runs in one group" ||
+    check_fail "the two disks' runs are not in one group"
+pgrep -f -- "-p $port " >/dev/null && check_fail "an ssh of the group is still running: $(pgrep -af -- "-p $port ")"
+[ -z "$(repo_snapshots "$ctl")$(repo_snapshots "$tmpdir/b.ctl")" ] ||
+    check_fail "the group over -H left snapshots"
+stop_nbdkit "$tmpdir/b.pid"
 
 finish

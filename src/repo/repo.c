@@ -575,6 +575,7 @@ repo_writer_start (struct repo *r, const char *disk, struct repo_writer **wp)
   struct repo_writer *w = calloc (1, sizeof *w);
   char host[256] = "";
   char *text;
+  json_t *reg;
   int ret;
 
   *wp = NULL;
@@ -584,10 +585,11 @@ repo_writer_start (struct repo *r, const char *disk, struct repo_writer **wp)
   random_uuid (w->id);
   snprintf (w->key, sizeof w->key, "writers/%s", w->id);
   gethostname (host, sizeof host - 1);
-  text = json_dumps (json_pack ("{s:I, s:s, s:i, s:s}",
-                                "start", (json_int_t) time (NULL),
-                                "host", host, "pid", (int) getpid (),
-                                "disk", disk), JSON_COMPACT);
+  reg = json_pack ("{s:I, s:s, s:i, s:s}",
+                   "start", (json_int_t) time (NULL),
+                   "host", host, "pid", (int) getpid (), "disk", disk);
+  text = reg ? json_dumps (reg, JSON_COMPACT) : NULL;
+  json_decref (reg);
   if (text == NULL) {
     free (w);
     return snapfg_set_error (ENOMEM, "out of memory");

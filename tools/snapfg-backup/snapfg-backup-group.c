@@ -7,11 +7,16 @@
  *                             --disk b -S CTL_B -u URI_B
  *                             [--pre-snapshot CMD] [--post-snapshot CMD]
  *
- * Each disk is a backup directory of its own, REPO/NAME, with its own
- * numbered runs, restorable on its own.  The order:
+ * REPO is a qcow2 backup directory (each disk the chain REPO/NAME) or a
+ * repository (each disk's runs numbered under its name): either way
+ * each disk's run is restorable on its own.  The group drives each
+ * disk's run through struct group_run_kind (snapfg-backup.h), the same
+ * order for both kinds:
  *
- *   1. every disk's run is prepared (its directory locked, its kind
- *      chosen, its server asked and connected): nothing is made yet;
+ *   1. every disk's run is prepared (what needs no server checked first,
+ *      a repository's key; then its session opened, its directory or
+ *      repository registration made, its server asked and connected):
+ *      nothing is made on any server yet;
  *   2. the pre-snapshot hook runs (sh -c CMD); if it fails, nothing is
  *      made and the run ends (the post-snapshot hook still runs);
  *   3. every server holds new origin writes (control "suspend", with a
@@ -22,12 +27,14 @@
  *   5. every server resumes; a server that had resumed by itself (its
  *      timeout passed) breaks the shared instant: the run fails;
  *   6. the post-snapshot hook runs;
- *   7. if anything failed in 3-5, every snapshot of the run is dropped
- *      (rolled back); otherwise each disk's copy is made and recorded,
- *      each run's record naming the group (list shows it).
+ *   7. if anything failed in 3-5, every snapshot and checkpoint of the
+ *      run is dropped (rolled back) and nothing is recorded; otherwise
+ *      each disk's copy is made and recorded, each run's record naming
+ *      the group (list shows it).
  *
  * The time writes were held (from the first suspend to the last resume)
- * is logged and in --json.
+ * is logged and in --json.  This file also holds how both command lines
+ * take the disks (backup_disk_option, backup_disks_resolve).
  */
 
 #include <config.h>
@@ -55,16 +62,17 @@
 
 struct group_disk {
   const char *name;
-  char dir[PATH_MAX];
   struct backup_options o;      /* -S, -u and the session: this disk's */
-  struct run *run;
-  bool session_open, suspended, prepared;
+  void *run;                    /* the kind's */
+  bool session_open, suspended;
   int status;                   /* of its copy */
 };
 
 struct group {
   struct backup_options *o;
   const char *repo;
+  const struct group_run_kind *kind;
+  void *opaque;                 /* the kind's, as given */
   struct group_disk *disks;
   size_t n;
   struct ssh_master ssh;        /* -H: the connection the disks share */
@@ -88,10 +96,11 @@ hook_environment (struct group *g, const char *which, int status)
   for (size_t i = 0; i < g->n; ++i) {
     struct group_disk *d = &g->disks[i];
     fprintf (fd, "%s%s", i ? " " : "", d->name);
-    fprintf (fr, "%s%s=%u", i ? " " : "", d->name, run_seq (d->run));
+    fprintf (fr, "%s%s=%ld", i ? " " : "", d->name, g->kind->seq (d->run));
     fprintf (fs, "%s%s=%s", i ? " " : "", d->name,
-             run_snapshot_name (d->run));
-    fprintf (fdir, "%s%s=%s", i ? " " : "", d->name, d->dir);
+             g->kind->snapshot_name (d->run));
+    fprintf (fdir, "%s%s=%s", i ? " " : "", d->name,
+             g->kind->where (d->run));
   }
   fclose (fd);
   fclose (fr);
@@ -103,7 +112,10 @@ hook_environment (struct group *g, const char *which, int status)
   setenv ("SNAPFG_BACKUP_DISKS", disks, 1);
   setenv ("SNAPFG_BACKUP_RUNS", runs, 1);
   setenv ("SNAPFG_BACKUP_SNAPSHOTS", snaps, 1);
-  setenv ("SNAPFG_BACKUP_DIRS", dirs, 1);
+  if (g->kind->where_member)
+    setenv ("SNAPFG_BACKUP_DIRS", dirs, 1);
+  else
+    unsetenv ("SNAPFG_BACKUP_DIRS");
   if (status >= 0)
     setenv ("SNAPFG_BACKUP_STATUS", status == EXIT_OK ? "ok" : "failed", 1);
   else
@@ -176,7 +188,7 @@ group_snapshots (struct group *g)
   int r = 0;
   size_t i;
 
-  for (i = 0; i < g->n && r == 0; ++i) {
+  for (i = 0; i < g->n && r == 0 && !backup_interrupted; ++i) {
     json_t *reply = group_call (&g->disks[i], CONTROL_SUSPEND,
                                 "holding writes (suspend)");
     if (reply == NULL)
@@ -187,11 +199,14 @@ group_snapshots (struct group *g)
   }
   g->held = true;
   for (i = 0; i < g->n && r == 0 && !backup_interrupted; ++i)
-    if (run_snapshot (g->disks[i].run) != EXIT_OK)
+    if (g->kind->snapshot (g->disks[i].run) != EXIT_OK)
       r = -1;
-  /* Tests only: the writes stay held this long (a host killed here). */
+  /* Tests only: the writes stay held this long (a host killed here),
+   * unless a signal stops the run (the resumes below go at once).
+   */
   if (hold && r == 0)
-    sleep (atoi (hold));
+    for (int t = atoi (hold) * 10; t > 0 && !backup_interrupted; --t)
+      usleep (100000);
   for (i = 0; i < g->n; ++i) {
     struct group_disk *d = &g->disks[i];
     json_t *reply;
@@ -268,30 +283,41 @@ group_share_ssh (struct group *g)
   return EXIT_OK;
 }
 
-/* 1: every disk's session and run, prepared. */
+/* 1: every disk's run, prepared: first what needs no server (a
+ * repository's key), then the sessions (one ssh connection with -H)
+ * and what needs the servers.
+ */
 static int
 group_prepare (struct group *g)
 {
+  const struct group_run_kind *k = g->kind;
+  int status;
+
+  for (size_t i = 0; i < g->n; ++i) {
+    struct group_disk *d = &g->disks[i];
+
+    d->run = k->new (g->opaque, &d->o, g->repo, d->name, g->n > 1);
+    if (d->run == NULL)
+      return EXIT_FAILED;
+    if (k->open && (status = k->open (d->run)) != EXIT_OK)
+      return status;
+  }
   if (g->o->host && g->n > 1) {
-    int status = group_share_ssh (g);
+    status = group_share_ssh (g);
     if (status != EXIT_OK)
       return status;
   }
   for (size_t i = 0; i < g->n; ++i) {
     struct group_disk *d = &g->disks[i];
-    int status;
 
-    status = session_open (&d->o, d->dir);
+    status = session_open (&d->o, k->where (d->run));
     d->session_open = true;
     if (status != EXIT_OK)
       return status;
-    d->run = run_new (&d->o, d->dir);
-    if (d->run == NULL)
-      return EXIT_FAILED;
-    status = run_prepare (d->run);
+    status = k->prepare (d->run);
     if (status != EXIT_OK) {
-      backup_error ("disk %s (%s): the run cannot start; nothing was "
-                    "made on any server", d->name, d->dir);
+      backup_error ("disk %s: the run cannot start; nothing was made on "
+                    "any server", d->name);
       return status;
     }
   }
@@ -309,13 +335,15 @@ group_json (struct group *g, int status)
 
   for (size_t i = 0; o && runs && i < g->n; ++i) {
     struct group_disk *d = &g->disks[i];
-    json_t *rec = d->run ? run_record_json (d->run) : NULL;
+    json_t *rec = d->run ? g->kind->record_json (d->run) : NULL;
     json_t *x = rec ? json_deep_copy (rec) : json_object ();
 
     if (x == NULL)
       continue;
     json_object_set_new (x, "disk", json_string (d->name));
-    json_object_set_new (x, "directory", json_string (d->dir));
+    if (g->kind->where_member && d->run)
+      json_object_set_new (x, g->kind->where_member,
+                           json_string (g->kind->where (d->run)));
     json_object_set_new (x, "ok", json_boolean (d->status == EXIT_OK &&
                                                 rec != NULL));
     json_array_append_new (runs, x);
@@ -326,25 +354,22 @@ group_json (struct group *g, int status)
 }
 
 int
-cmd_backup_group (struct backup_options *o, const char *repo)
+backup_group (struct backup_options *o, const char *repo,
+              const struct group_run_kind *kind, void *opaque)
 {
-  struct group g = { .o = o, .repo = repo, .ssh = { .pid = -1 } };
+  struct group g = { .o = o, .repo = repo, .kind = kind, .opaque = opaque,
+                     .ssh = { .pid = -1 } };
   struct backup_disk single = { .name = NULL, .socket = o->socket,
                                 .uri = o->uri };
   bool json = tool_out.json, hooks_failed = false;
   int status = EXIT_FAILED;
   json_t *info = NULL;
 
-  /* One disk (hooks only): REPO is its directory already. */
+  /* One disk (hooks only): its -S and -u are the command's. */
   g.n = o->ndisks > 1 ? o->ndisks : 1;
   g.disks = calloc (g.n, sizeof *g.disks);
   if (g.disks == NULL) {
     backup_error ("out of memory");
-    return EXIT_FAILED;
-  }
-  if (o->ndisks > 1 && mkdir (repo, 0700) == -1 && errno != EEXIST) {
-    backup_error ("%s: %m", repo);
-    free (g.disks);
     return EXIT_FAILED;
   }
   for (size_t i = 0; i < g.n; ++i) {
@@ -356,14 +381,7 @@ cmd_backup_group (struct backup_options *o, const char *repo)
     d->o.uri = bd->uri;
     d->o.session = NULL;
     d->status = EXIT_FAILED;
-    if (o->ndisks > 1) {
-      d->name = bd->name;
-      snprintf (d->dir, sizeof d->dir, "%s/%s", repo, bd->name);
-    }
-    else {
-      d->name = o->disk ? o->disk : "disk";
-      snprintf (d->dir, sizeof d->dir, "%s", repo);
-    }
+    d->name = o->ndisks > 1 ? bd->name : o->disk ? o->disk : "disk";
   }
   group_id (&g);
 
@@ -401,7 +419,7 @@ cmd_backup_group (struct backup_options *o, const char *repo)
   for (size_t i = 0; i < g.n; ++i) {
     struct group_disk *d = &g.disks[i];
 
-    d->status = run_complete (d->run, g.id, info);
+    d->status = kind->complete (d->run, g.id, info);
     if (d->status != EXIT_OK) {
       backup_error ("disk %s: the copy failed; the other disks' runs of "
                     "group %s are kept", d->name, g.id);
@@ -420,7 +438,8 @@ cmd_backup_group (struct backup_options *o, const char *repo)
   for (size_t i = g.n; i-- > 0;) {
     struct group_disk *d = &g.disks[i];
 
-    run_end (d->run, d->status == EXIT_OK);
+    if (d->run)
+      kind->end (d->run, d->status == EXIT_OK);
     if (d->session_open)
       session_close (&d->o);
   }
@@ -429,4 +448,93 @@ cmd_backup_group (struct backup_options *o, const char *repo)
   json_decref (info);
   free (g.disks);
   return status;
+}
+
+int
+cmd_backup_group (struct backup_options *o, const char *repo)
+{
+  return backup_group (o, repo, &backup_chain_kind, NULL);
+}
+
+/* --- the disks on the command line --- */
+
+int
+backup_disk_option (struct backup_options *o, int opt, const char *arg)
+{
+  struct backup_disk *d = o->ndisks ? &o->disks[o->ndisks - 1] : NULL;
+
+  switch (opt) {
+  case 'd':
+    o->disks[o->ndisks++].name = arg;
+    if (o->disk == NULL)
+      o->disk = arg;
+    return EXIT_OK;
+  case 'S':
+    if (d == NULL)
+      o->socket = arg;
+    else if (d->socket == NULL)
+      d->socket = arg;
+    else {
+      tool_error ("-S %s: disk %s has its -S already: give each --disk "
+                  "NAME its own -S and -u", arg, d->name);
+      return EXIT_USAGE;
+    }
+    return EXIT_OK;
+  case 'u':
+    if (d == NULL)
+      o->uri = arg;
+    else if (d->uri == NULL)
+      d->uri = arg;
+    else {
+      tool_error ("-u %s: disk %s has its -u already: give each --disk "
+                  "NAME its own -S and -u", arg, d->name);
+      return EXIT_USAGE;
+    }
+    return EXIT_OK;
+  }
+  abort ();
+}
+
+int
+backup_disks_resolve (struct backup_options *o, const char *cmd)
+{
+  struct backup_disk *d = &o->disks[0];
+
+  if (o->ndisks == 0)
+    return EXIT_OK;
+  if (o->ndisks > 1) {
+    if (strcmp (cmd, "backup") != 0) {
+      tool_error ("%s: one --disk at a time (only backup takes several)",
+                  cmd);
+      return EXIT_USAGE;
+    }
+    if (o->socket || o->uri) {
+      tool_error ("backup of several disks: give each --disk NAME its own "
+                  "-S and -u after it, none before");
+      return EXIT_USAGE;
+    }
+    for (size_t i = 0; i < o->ndisks; ++i) {
+      if (o->disks[i].socket == NULL || o->disks[i].uri == NULL) {
+        tool_error ("--disk %s: give its -S CONTROL and -u NBD_URI after it",
+                    o->disks[i].name);
+        return EXIT_USAGE;
+      }
+      for (size_t j = 0; j < i; ++j)
+        if (strcmp (o->disks[i].name, o->disks[j].name) == 0) {
+          tool_error ("--disk %s is given twice", o->disks[i].name);
+          return EXIT_USAGE;
+        }
+    }
+    return EXIT_OK;
+  }
+  if ((d->socket && o->socket) || (d->uri && o->uri)) {
+    tool_error ("--disk %s: its -S and -u go either before the command or "
+                "after --disk, not both", d->name);
+    return EXIT_USAGE;
+  }
+  if (d->socket)
+    o->socket = d->socket;
+  if (d->uri)
+    o->uri = d->uri;
+  return EXIT_OK;
 }

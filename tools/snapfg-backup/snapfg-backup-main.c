@@ -95,8 +95,12 @@ usage (FILE *fp)
            "a full point; REPO a directory or s3://BUCKET[/PREFIX]):\n"
            "       snapfg-backup init REPO [--encrypt --key-file F]\n"
            "       snapfg-backup [-H ...] -S CONTROL -u NBD_URI backup REPO --disk NAME\n"
-           "                     [--full] [--key-file F] [--compress]\n"
+           "                     [--full] [--key-file F] [--compress] [--limit-rate R]\n"
+           "                     [--pre-snapshot CMD] [--post-snapshot CMD]\n"
+           "       snapfg-backup [-H ...] backup REPO --disk NAME -S CONTROL -u NBD_URI\n"
+           "                     [--disk NAME -S CONTROL -u NBD_URI]... [the options above]\n"
            "       snapfg-backup restore REPO OUT --disk NAME [--at N] [--key-file F]\n"
+           "                     [--limit-rate R]\n"
            "       snapfg-backup verify REPO [--disk NAME] [--at N | --all] [--key-file F]\n"
            "       snapfg-backup list REPO [--disk NAME] [--json]\n"
            "       snapfg-backup prune REPO [--disk NAME] --keep-last N [--keep-hourly N]\n"
@@ -522,10 +526,7 @@ parse_valued_option (int c, struct backup_options *o)
   case OPT_DISK:
     if (*optarg && strchr (optarg, '/') == NULL && strcmp (optarg, ".") != 0
         && strcmp (optarg, "..") != 0) {
-      o->disks[o->ndisks++].name = optarg;
-      if (o->disk == NULL)
-        o->disk = optarg;
-      return EXIT_OK;
+      return backup_disk_option (o, 'd', optarg);
     }
     fprintf (stderr, "snapfg-backup: --disk %s: a disk's name is a file "
              "name (no '/', not . or ..)\n", optarg);
@@ -546,29 +547,10 @@ parse_options (int argc, char *argv[], struct backup_options *o)
          != -1) {
     switch (c) {
     /* After a --disk, -S and -u are that disk's. */
-    case 'S':
-      if (o->ndisks && o->disks[o->ndisks - 1].socket == NULL)
-        o->disks[o->ndisks - 1].socket = optarg;
-      else if (o->ndisks) {
-        fprintf (stderr, "snapfg-backup: -S %s: disk %s has its -S already: "
-                 "give each --disk NAME its own -S and -u\n", optarg,
-                 o->disks[o->ndisks - 1].name);
-        return EXIT_USAGE;
-      }
-      else
-        o->socket = optarg;
-      break;
-    case 'u':
-      if (o->ndisks && o->disks[o->ndisks - 1].uri == NULL)
-        o->disks[o->ndisks - 1].uri = optarg;
-      else if (o->ndisks) {
-        fprintf (stderr, "snapfg-backup: -u %s: disk %s has its -u already: "
-                 "give each --disk NAME its own -S and -u\n", optarg,
-                 o->disks[o->ndisks - 1].name);
-        return EXIT_USAGE;
-      }
-      else
-        o->uri = optarg;
+    case 'S': case 'u':
+      status = backup_disk_option (o, c, optarg);
+      if (status != EXIT_OK)
+        return status;
       break;
     case 'U': o->serve_socket = optarg; break;
     case OPT_TCP: o->tcp_port = optarg; break;
@@ -642,45 +624,13 @@ static int
 resolve_disk (const struct subcommand *sc, struct backup_options *o,
               char **operands, char **disk_dir)
 {
-  struct backup_disk *d = &o->disks[0];
+  int status;
 
   if (o->ndisks == 0 || strcmp (sc->name, "serve") == 0)
     return EXIT_OK;
-  if (o->ndisks > 1) {
-    if (strcmp (sc->name, "backup") != 0) {
-      fprintf (stderr, "snapfg-backup: %s: one --disk at a time (only "
-               "backup takes several)\n", sc->name);
-      return EXIT_USAGE;
-    }
-    if (o->socket || o->uri) {
-      fprintf (stderr, "snapfg-backup: backup of several disks: give each "
-               "--disk NAME its own -S and -u after it, none before\n");
-      return EXIT_USAGE;
-    }
-    for (size_t i = 0; i < o->ndisks; ++i) {
-      if (o->disks[i].socket == NULL || o->disks[i].uri == NULL) {
-        fprintf (stderr, "snapfg-backup: --disk %s: give its -S CONTROL "
-                 "and -u NBD_URI after it\n", o->disks[i].name);
-        return EXIT_USAGE;
-      }
-      for (size_t j = 0; j < i; ++j)
-        if (strcmp (o->disks[i].name, o->disks[j].name) == 0) {
-          fprintf (stderr, "snapfg-backup: --disk %s is given twice\n",
-                   o->disks[i].name);
-          return EXIT_USAGE;
-        }
-    }
-    return EXIT_OK;
-  }
-  if ((d->socket && o->socket) || (d->uri && o->uri)) {
-    fprintf (stderr, "snapfg-backup: --disk %s: its -S and -u go either "
-             "before the command or after --disk, not both\n", d->name);
-    return EXIT_USAGE;
-  }
-  if (d->socket)
-    o->socket = d->socket;
-  if (d->uri)
-    o->uri = d->uri;
+  status = backup_disks_resolve (o, sc->name);
+  if (status != EXIT_OK || o->ndisks > 1)
+    return status;
   if (backup_is_repository (operands[0]))
     return EXIT_OK;
   if (strcmp (sc->name, "backup") == 0 &&
@@ -688,7 +638,7 @@ resolve_disk (const struct subcommand *sc, struct backup_options *o,
     fprintf (stderr, "snapfg-backup: %s: %m\n", operands[0]);
     return EXIT_FAILED;
   }
-  if (asprintf (disk_dir, "%s/%s", operands[0], d->name) == -1) {
+  if (asprintf (disk_dir, "%s/%s", operands[0], o->disks[0].name) == -1) {
     perror ("snapfg-backup");
     return EXIT_FAILED;
   }

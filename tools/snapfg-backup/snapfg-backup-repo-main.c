@@ -4,8 +4,12 @@
  *
  *   snapfg-backup init REPO [--encrypt --key-file F]
  *   snapfg-backup [-H ...] -S CONTROL -u NBD_URI backup REPO --disk NAME
- *                 [--full] [--key-file F] [--compress]
+ *                 [--full] [--key-file F] [--compress] [--limit-rate R]
+ *                 [--pre-snapshot CMD] [--post-snapshot CMD]
+ *   snapfg-backup [-H ...] backup REPO --disk NAME -S CONTROL -u NBD_URI
+ *                 [--disk NAME -S CONTROL -u NBD_URI]... [the same options]
  *   snapfg-backup restore REPO OUT --disk NAME [--at N] [--key-file F]
+ *                 [--limit-rate R]
  *   snapfg-backup verify REPO [--disk NAME] [--at N | --all] [--key-file F]
  *   snapfg-backup list REPO [--disk NAME]
  *   snapfg-backup prune REPO [--disk NAME] --keep-last N [--keep-hourly N]
@@ -33,8 +37,9 @@
 #include "snapfg-backup-repo.h"
 
 #define INIT_SYNOPSIS "snapfg-backup init REPO [--encrypt --key-file F] [--s3-endpoint URL] [--s3-credentials FILE]"
-#define BACKUP_SYNOPSIS "snapfg-backup [-H [USER@]HOST[:PORT]] -S CONTROL -u NBD_URI backup REPO --disk NAME [--full] [--key-file F] [--compress]"
-#define RESTORE_SYNOPSIS "snapfg-backup restore REPO OUT --disk NAME [--at N] [--key-file F]"
+#define BACKUP_SYNOPSIS "snapfg-backup [-H [USER@]HOST[:PORT]] -S CONTROL -u NBD_URI backup REPO --disk NAME [--full] [--key-file F] [--compress] [--limit-rate R] [--pre-snapshot CMD] [--post-snapshot CMD]"
+#define GROUP_SYNOPSIS "snapfg-backup [-H [USER@]HOST[:PORT]] backup REPO --disk NAME -S CONTROL -u NBD_URI [--disk NAME -S CONTROL -u NBD_URI]... [--full] [--key-file F] [--compress] [--limit-rate R] [--pre-snapshot CMD] [--post-snapshot CMD]"
+#define RESTORE_SYNOPSIS "snapfg-backup restore REPO OUT --disk NAME [--at N] [--key-file F] [--limit-rate R]"
 #define VERIFY_SYNOPSIS "snapfg-backup verify REPO [--disk NAME] [--at N | --all] [--key-file F]"
 #define LIST_SYNOPSIS "snapfg-backup list REPO [--disk NAME] [--json]"
 #define PRUNE_SYNOPSIS "snapfg-backup prune REPO [--disk NAME] --keep-last N [--keep-hourly N] [--keep-daily N] [--keep-weekly N] [--keep-monthly N] [--keep-yearly N] [--dry-run]"
@@ -46,7 +51,8 @@ enum {
   OPT_SSH_OPTION, OPT_REMOTE_SNAPFGCTL, OPT_PROGRESS, OPT_TIMEOUT,
   OPT_DISK, OPT_KEEP_HOURLY, OPT_KEEP_DAILY, OPT_KEEP_WEEKLY,
   OPT_KEEP_MONTHLY, OPT_KEEP_YEARLY, OPT_DRY_RUN, OPT_GRACE, OPT_THREADS,
-  OPT_S3_ENDPOINT, OPT_S3_CREDENTIALS,
+  OPT_S3_ENDPOINT, OPT_S3_CREDENTIALS, OPT_PRE_SNAPSHOT, OPT_POST_SNAPSHOT,
+  OPT_LIMIT_RATE,
 };
 
 /* Every option of both command lines, so that the operands are found
@@ -77,6 +83,9 @@ static const struct option long_options[] = {
   { "disk", required_argument, NULL, OPT_DISK },
   { "s3-endpoint", required_argument, NULL, OPT_S3_ENDPOINT },
   { "s3-credentials", required_argument, NULL, OPT_S3_CREDENTIALS },
+  { "pre-snapshot", required_argument, NULL, OPT_PRE_SNAPSHOT },
+  { "post-snapshot", required_argument, NULL, OPT_POST_SNAPSHOT },
+  { "limit-rate", required_argument, NULL, OPT_LIMIT_RATE },
   { "json", no_argument, NULL, OPT_JSON },
   { "host", required_argument, NULL, 'H' },
   { "ssh-option", required_argument, NULL, OPT_SSH_OPTION },
@@ -239,22 +248,38 @@ repo_main (int argc, char *argv[])
                                    .timeout = TOOL_DEFAULT_TIMEOUT },
                             .grace = -1 };
   CLEANUP_FREE char **ssh_options = calloc (argc + 1, sizeof *ssh_options);
+  CLEANUP_FREE struct backup_disk *disks = calloc (argc + 1, sizeof *disks);
   bool other = false;           /* an option of the qcow2 chains only */
   const char *cmd, *loc;
   long v;
   int c, status, nops;
 
-  if (ssh_options == NULL) {
+  if (ssh_options == NULL || disks == NULL) {
     perror ("snapfg-backup");
     return EXIT_FAILED;
   }
   o.b.ssh_options = ssh_options;
+  o.b.disks = disks;
   optind = 0;
   while ((c = getopt_long (argc, argv, SHORT_OPTIONS, long_options, NULL))
          != -1) {
     switch (c) {
-    case 'S': o.b.socket = optarg; break;
-    case 'u': o.b.uri = optarg; break;
+    /* After a --disk, -S and -u are that disk's. */
+    case 'S': case 'u': case OPT_DISK:
+      if (backup_disk_option (&o.b, c == OPT_DISK ? 'd' : c, optarg)
+          != EXIT_OK)
+        return EXIT_USAGE;
+      break;
+    case OPT_PRE_SNAPSHOT: o.b.pre_snapshot = optarg; break;
+    case OPT_POST_SNAPSHOT: o.b.post_snapshot = optarg; break;
+    case OPT_LIMIT_RATE:
+      if (tool_parse_rate (optarg, &o.b.limit_rate) == -1) {
+        fprintf (stderr, "snapfg-backup: --limit-rate: not a rate in bytes "
+                 "per second (a number, optionally with K, M or G; at least "
+                 "1K): %s\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case 'H': o.b.host = optarg; break;
     case OPT_SSH_OPTION: o.b.ssh_options[o.b.nssh_options++] = optarg; break;
     case OPT_REMOTE_SNAPFGCTL: o.b.remote_snapfgctl = optarg; break;
@@ -264,7 +289,6 @@ repo_main (int argc, char *argv[])
     case OPT_JSON: o.b.json = tool_out.json = true; break;
     case OPT_ENCRYPT: o.encrypt = true; break;
     case OPT_DRY_RUN: o.dry_run = true; break;
-    case OPT_DISK: o.disk = optarg; break;
     case OPT_S3_ENDPOINT: o.s3.endpoint = optarg; break;
     case OPT_S3_CREDENTIALS: o.s3.credentials_file = optarg; break;
     case OPT_COMPRESS:
@@ -333,6 +357,10 @@ repo_main (int argc, char *argv[])
   cmd = argv[optind++];
   nops = argc - optind;
   loc = nops > 0 ? argv[optind] : NULL;
+  /* Several --disks (backup only), or one with its -S and -u after it. */
+  if ((status = backup_disks_resolve (&o.b, cmd)) != EXIT_OK)
+    goto out;
+  o.disk = o.b.disk;
 
   /* The S3 settings: options first, then the usual AWS variables
    * (the keys themselves are read by the back end when it opens).
@@ -361,6 +389,10 @@ repo_main (int argc, char *argv[])
       (o.encrypt && strcmp (cmd, "init") != 0) ||
       (o.compress && strcmp (cmd, "backup") != 0) ||
       (o.b.full && strcmp (cmd, "backup") != 0) ||
+      ((o.b.pre_snapshot || o.b.post_snapshot) &&
+       strcmp (cmd, "backup") != 0) ||
+      (o.b.limit_rate && strcmp (cmd, "backup") != 0 &&
+       strcmp (cmd, "restore") != 0) ||
       ((o.b.socket || o.b.uri) && strcmp (cmd, "backup") != 0) ||
       (o.b.all && strcmp (cmd, "verify") != 0) ||
       (o.b.at >= 0 && strcmp (cmd, "restore") != 0 &&
@@ -378,13 +410,18 @@ repo_main (int argc, char *argv[])
     status = cmd_init (&o, loc);
   }
   else if (strcmp (cmd, "backup") == 0) {
-    if (wrong_usage (nops != 1 || o.disk == NULL, BACKUP_SYNOPSIS))
+    if (wrong_usage (nops != 1 || o.disk == NULL, o.b.ndisks > 1
+                     ? GROUP_SYNOPSIS : BACKUP_SYNOPSIS))
       status = EXIT_USAGE;
+    else if (o.b.ndisks > 1)
+      status = repo_cmd_backup_group (&o, loc);
     else if (o.b.socket == NULL || o.b.uri == NULL) {
       fprintf (stderr, "snapfg-backup: backup: give the server's control "
                "socket with -S CONTROL and its NBD URI with -u NBD_URI\n");
       status = EXIT_USAGE;
     }
+    else if (o.b.pre_snapshot || o.b.post_snapshot)
+      status = repo_cmd_backup_group (&o, loc);   /* one disk, hooks */
     else
       status = repo_cmd_backup (&o, loc);
   }

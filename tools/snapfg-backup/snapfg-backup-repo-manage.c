@@ -280,11 +280,11 @@ repo_cmd_list (struct repo_options *o, const char *location)
       goto out;
     }
     if (!o->b.json)
-      printf ("disk %s\n  %-6s %-20s %-11s %14s %14s  %s\n", disks[d], "run",
-              "time", "type", "size", "added", "verified");
+      printf ("disk %s\n  %-6s %-20s %-11s %14s %14s  %-8s  %s\n", disks[d],
+              "run", "time", "type", "size", "added", "verified", "GROUP");
     for (size_t i = 0; i < nruns; ++i) {
       struct repo_index *ix;
-      json_t *meta, *ver = NULL;
+      json_t *meta, *ver = NULL, *jrun;
       char when[32], key[160];
       void *buf;
       size_t len;
@@ -314,26 +314,33 @@ repo_cmd_list (struct repo_options *o, const char *location)
                   REPO_DIGEST_LEN);
         }
       if (!o->b.json)
-        printf ("  %-6ld %-20s %-11s %14" PRIu64 " %14" PRIu64 "  %s\n",
+        printf ("  %-6ld %-20s %-11s %14" PRIu64 " %14" PRIu64 "  %-8s  %s\n",
                 runs[i], when, json_str (meta, "type") ?: "?",
                 repo_index_disk_size (ix),
-                json_u64 (meta, "bytes_added"), verified);
-      json_array_append_new (jruns, json_pack ("{s:i, s:s, s:I, s:s?, s:I,"
-                                               " s:I, s:I, s:s}",
-                                               "run", (int) runs[i],
-                                               "time", when,
-                                               "timestamp", (json_int_t)
-                                               json_integer_value
-                                               (json_object_get (meta,
-                                                                 "time")),
-                                               "type", json_str (meta, "type"),
-                                               "size", (json_int_t)
-                                               repo_index_disk_size (ix),
-                                               "bytes_added", (json_int_t)
-                                               json_u64 (meta, "bytes_added"),
-                                               "bytes_read", (json_int_t)
-                                               json_u64 (meta, "bytes_read"),
-                                               "verified", verified));
+                json_u64 (meta, "bytes_added"), verified,
+                json_str (meta, "group") ?: "-");
+      jrun = json_pack ("{s:i, s:s, s:I, s:s?, s:I, s:I, s:I, s:s}",
+                        "run", (int) runs[i],
+                        "time", when,
+                        "timestamp", (json_int_t) json_integer_value
+                        (json_object_get (meta, "time")),
+                        "type", json_str (meta, "type"),
+                        "size", (json_int_t) repo_index_disk_size (ix),
+                        "bytes_added", (json_int_t)
+                        json_u64 (meta, "bytes_added"),
+                        "bytes_read", (json_int_t)
+                        json_u64 (meta, "bytes_read"),
+                        "verified", verified);
+      /* The runs taken at one instant with other disks' (a group). */
+      if (jrun && json_str (meta, "group")) {
+        json_object_set (jrun, "group", json_object_get (meta, "group"));
+        if (json_object_get (meta, "group_disks"))
+          json_object_set (jrun, "group_disks",
+                           json_object_get (meta, "group_disks"));
+        if (json_object_get (meta, "held_ms"))
+          json_object_set (jrun, "held_ms", json_object_get (meta, "held_ms"));
+      }
+      json_array_append_new (jruns, jrun);
       json_decref (ver);
       repo_index_free (ix);
     }

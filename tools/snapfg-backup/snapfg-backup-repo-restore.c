@@ -133,7 +133,29 @@ struct restore_out {
   const char *zeroes;
   pthread_mutex_t lock;
   uint64_t written;
+  uint64_t rate;                /* --limit-rate: bytes/s, 0: none */
+  uint64_t paced;               /* bytes handed out under the rate */
+  double t0;
 };
+
+/* --limit-rate: a chunk fetched is written no sooner than the rate
+ * allows for every byte fetched before it, on average from the start
+ * (the threads take their turns under the lock, then wait apart).
+ */
+static void
+pace (struct restore_out *ro, uint64_t len)
+{
+  double due;
+
+  if (ro->rate == 0)
+    return;
+  pthread_mutex_lock (&ro->lock);
+  ro->paced += len;
+  due = (double) ro->paced / ro->rate - (tool_now () - ro->t0);
+  pthread_mutex_unlock (&ro->lock);
+  if (due > 0)
+    usleep ((useconds_t) (due * 1e6));
+}
 
 static int
 restore_chunk (void *opaque, unsigned thread, uint64_t n, const char *buf,
@@ -151,6 +173,8 @@ restore_chunk (void *opaque, unsigned thread, uint64_t n, const char *buf,
   if (off + len > ro->size)
     len = ro->size - off;
   zero = buf[0] == 0 && memcmp (buf, buf + 1, len - 1) == 0;
+  if (!zero)                    /* a zero chunk is not fetched */
+    pace (ro, len);
   if (ro->nbd[0]) {
     struct nbd_handle *h = ro->nbd[thread];
     if ((zero ? nbd_zero (h, len, off, 0)
@@ -208,6 +232,8 @@ repo_cmd_restore (struct repo_options *o, const char *location,
   }
   ro.size = repo_index_disk_size (ix);
   ro.cs = repo_index_chunk_size (ix);
+  ro.rate = o->b.limit_rate;
+  ro.t0 = tool_now ();
   pthread_mutex_init (&ro.lock, NULL);
 
   if (is_nbd_uri (out)) {

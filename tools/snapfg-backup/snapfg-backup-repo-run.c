@@ -21,6 +21,14 @@
  *   7. the previous run's checkpoint dropped, the writer unregistered.
  * A run that stops before 6 leaves only chunks, which nothing trusts and
  * gc removes; its snapshot and checkpoint are dropped by the next run.
+ *
+ * The run is in phases, as a qcow2 chain's is (snapfg-backup-run.c):
+ * open (1), prepare (2 and the server's size, connected), snapshot (3),
+ * complete (4-7), end (what a failed run made dropped).  repo_cmd_backup
+ * drives them for one disk; a backup of several disks at one instant,
+ * or one with hooks, drives them through repo_run_kind
+ * (snapfg-backup-group.c), every disk's snapshot taken while every
+ * server holds its writes.
  */
 
 #include <config.h>
@@ -41,8 +49,11 @@
 #define NAME_PREFIX "snapfg-repo-"
 
 struct repo_run {
-  struct repo_options *o;
+  struct repo_options *o;       /* the repository's options */
+  struct backup_options *b;     /* the server: -S, -u, the session */
   const char *location;
+  const char *disk;
+  char owner[PATH_MAX];         /* the session's: LOCATION#DISK */
   struct repo *r;
   struct repo_writer *w;
   struct repo_index *base, *ix;
@@ -60,6 +71,11 @@ struct repo_run {
   size_t ndamaged;
   bool *replaced;               /* per damaged id: stored again */
   int zstd_level;
+  struct copy_job job;
+  long run;                     /* its number once committed, else 0 */
+  const char *group;            /* the runs taken at the same instant */
+  json_t *group_info;           /* and what the index says of them */
+  json_t *result;               /* what --json says of it, once done */
   /* Filled by the sink threads. */
   pthread_mutex_t lock;
   uint64_t bytes_added, chunks_added, chunks_reused, chunks_zero;
@@ -106,7 +122,7 @@ static json_t *
 server_call (struct repo_run *rr, json_t *req, const char *what)
 {
   char err[512];
-  json_t *reply = control_call (&rr->o->b, req, err, sizeof err);
+  json_t *reply = control_call (rr->b, req, err, sizeof err);
 
   json_decref (req);
   if (reply == NULL && what)
@@ -236,7 +252,7 @@ add_chunk_range (struct repo_run *rr, uint64_t n, size_t *cap)
 static int
 find_ranges (struct repo_run *rr)
 {
-  struct backup_options *b = &rr->o->b;
+  struct backup_options *b = rr->b;
   json_t *meta = rr->base ? repo_index_meta (rr->base) : NULL;
   const char *since = json_str (meta, "checkpoint");
   uint64_t nchunks = repo_index_chunks (rr->ix);
@@ -329,8 +345,9 @@ find_ranges (struct repo_run *rr)
  * --grace could have removed one), then the index.
  */
 static int
-commit (struct repo_run *rr, struct copy_job *job, long *run)
+commit (struct repo_run *rr)
 {
+  struct copy_job *job = &rr->job;
   struct repo_store *s = repo_get_store (rr->r);
   json_t *meta = repo_index_meta (rr->ix);
   char host[256] = "";
@@ -376,8 +393,13 @@ commit (struct repo_run *rr, struct copy_job *job, long *run)
                        json_integer (rr->chunks_reused));
   json_object_set_new (meta, "compression",
                        rr->zstd_level ? json_string ("zstd") : json_null ());
+  if (rr->group) {
+    json_object_set_new (meta, "group", json_string (rr->group));
+    if (rr->group_info)
+      json_object_update (meta, rr->group_info);
+  }
   snapfg_clear_error ();
-  if ((ret = repo_index_commit (rr->r, rr->ix, run)) < 0) {
+  if ((ret = repo_index_commit (rr->r, rr->ix, &rr->run)) < 0) {
     repo_fail (ret, "writing the run's index");
     return -1;
   }
@@ -399,232 +421,403 @@ cleanup (struct repo_run *rr)
   rr->checkpoint_made = false;
 }
 
-int
-repo_cmd_backup (struct repo_options *o, const char *location)
-{
-  struct repo_run rr = { .o = o, .location = location };
-  struct copy_job job;
-  json_t *req, *reply, *v, *snaps = NULL;
-  char err[1024], owner_path[PATH_MAX];
-  int status = EXIT_FAILED, ret;
-  long run = 0;
-  size_t i;
+/* --- the phases --- */
 
-  pthread_mutex_init (&rr.lock, NULL);
-  /* 1. The repository and its key, before anything else. */
-  if ((status = repo_open_for (o, location, true, &rr.r)) != 0)
+static void *
+repo_run_new (struct repo_options *o, struct backup_options *b,
+              const char *location, const char *disk)
+{
+  struct repo_run *rr = calloc (1, sizeof *rr);
+
+  if (rr == NULL) {
+    backup_error ("out of memory");
+    return NULL;
+  }
+  rr->o = o;
+  rr->b = b;
+  rr->location = location;
+  rr->disk = disk;
+  snprintf (rr->owner, sizeof rr->owner, "%s#%s", location, disk);
+  pthread_mutex_init (&rr->lock, NULL);
+  return rr;
+}
+
+/* 1. The repository and its key, before anything else. */
+static int
+repo_run_open (void *run)
+{
+  struct repo_run *rr = run;
+  int status;
+
+  if ((status = repo_open_for (rr->o, rr->location, true, &rr->r)) != 0)
     return status;
-  status = EXIT_FAILED;
-  if (!repo_disk_name_ok (o->disk)) {
+  if (!repo_disk_name_ok (rr->disk)) {
     backup_error ("--disk %s: a disk's name is 1 to %d of A-Z a-z 0-9 . _ - "
-                  "(not starting with .)", o->disk, REPO_DISK_NAME_MAX);
-    repo_close (rr.r);
+                  "(not starting with .)", rr->disk, REPO_DISK_NAME_MAX);
     return EXIT_USAGE;
   }
-  rr.cs = repo_get_chunk_size (rr.r);
-  rr.zstd_level = o->compress ? 1 : 0;
-  snprintf (owner_path, sizeof owner_path, "%s#%s", location, o->disk);
-  if ((status = session_open (&o->b, owner_path)) != EXIT_OK)
-    goto out_repo;
-  status = EXIT_FAILED;
+  rr->cs = repo_get_chunk_size (rr->r);
+  rr->zstd_level = rr->o->compress ? 1 : 0;
+  return EXIT_OK;
+}
+
+/* 2, and of 3 what comes before the snapshot: the server's size, our
+ * leftovers dropped, the connection to its NBD server.
+ */
+static int
+repo_run_prepare (void *run)
+{
+  struct repo_run *rr = run;
+  struct backup_options *b = rr->b;
+  json_t *req, *reply, *v, *snaps;
+  char err[1024];
+  int ret;
+  size_t i;
 
   /* 2. Registered before any chunk is referenced. */
   snapfg_clear_error ();
-  if ((ret = repo_writer_start (rr.r, o->disk, &rr.w)) < 0) {
+  if ((ret = repo_writer_start (rr->r, rr->disk, &rr->w)) < 0) {
     repo_fail (ret, "registering the run");
-    goto out_session;
+    return EXIT_FAILED;
   }
-  snprintf (rr.prefix, sizeof rr.prefix, NAME_PREFIX "%.8s-%s-",
-            repo_get_id (rr.r), o->disk);
-  snprintf (rr.name, sizeof rr.name, "%s%.8s", rr.prefix,
-            repo_writer_id (rr.w));
+  snprintf (rr->prefix, sizeof rr->prefix, NAME_PREFIX "%.8s-%s-",
+            repo_get_id (rr->r), rr->disk);
+  snprintf (rr->name, sizeof rr->name, "%s%.8s", rr->prefix,
+            repo_writer_id (rr->w));
   snapfg_clear_error ();
-  ret = repo_index_load (rr.r, o->disk, 0, &rr.base);
+  ret = repo_index_load (rr->r, rr->disk, 0, &rr->base);
   if (ret < 0 && ret != -ENOENT) {
-    if (!o->b.full) {
+    if (!b->full) {
       repo_fail (ret, "the previous run");
       backup_error ("run with --full to back up the whole disk without it");
-      status = EXIT_NEED_FULL;
-      goto out_writer;
+      return EXIT_NEED_FULL;
     }
-    rr.base = NULL;
+    rr->base = NULL;
   }
-  if (repo_get_store (rr.r)->ops->list (repo_get_store (rr.r), "damaged/",
-                                        damaged_seen, &rr) < 0) {
-    backup_error ("%s: cannot list damaged chunks", location);
-    goto out_writer;
+  if (repo_get_store (rr->r)->ops->list (repo_get_store (rr->r), "damaged/",
+                                         damaged_seen, rr) < 0) {
+    backup_error ("%s: cannot list damaged chunks", rr->location);
+    return EXIT_FAILED;
   }
-  if (rr.ndamaged > 1)
-    qsort (rr.damaged, rr.ndamaged, REPO_DIGEST_LEN, cmp_id);
-  rr.replaced = calloc (rr.ndamaged + 1, sizeof *rr.replaced);
+  if (rr->ndamaged > 1)
+    qsort (rr->damaged, rr->ndamaged, REPO_DIGEST_LEN, cmp_id);
+  rr->replaced = calloc (rr->ndamaged + 1, sizeof *rr->replaced);
+  if (rr->replaced == NULL) {
+    backup_error ("out of memory");
+    return EXIT_FAILED;
+  }
 
-  /* 3. The server: the origin's size, our leftovers, the snapshot. */
+  /* 3. The server: the origin's size, our leftovers, the connection. */
   req = control_request (CONTROL_STATUS);
-  reply = control_call (&o->b, req, err, sizeof err);
+  reply = control_call (b, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("%s", err);
-    status = control_failure_status (&o->b);
-    goto out_writer;
+    return control_failure_status (b);
   }
-  rr.size = json_u64 (json_object_get (reply, "origin"), "size");
+  rr->size = json_u64 (json_object_get (reply, "origin"), "size");
   json_decref (reply);
-  if (rr.size == 0) {
+  if (rr->size == 0) {
     backup_error ("the server reports an empty origin: nothing to back up");
-    goto out_writer;
+    return EXIT_FAILED;
   }
-  snaps = leftovers (&rr, CONTROL_STATUS, "snapshots");
+  snaps = leftovers (rr, CONTROL_STATUS, "snapshots");
   json_array_foreach (snaps, i, v) {
     backup_info ("dropping snapshot %s, left by an interrupted run",
                  json_string_value (v));
-    drop (&rr, CONTROL_DROP, json_string_value (v));
+    drop (rr, CONTROL_DROP, json_string_value (v));
   }
   json_decref (snaps);
-  if (repo_index_new (o->disk, rr.size, rr.cs, &rr.ix) < 0 ||
-      (rr.sums = calloc (repo_index_chunks (rr.ix) + 1, SHA256_LEN)) == NULL) {
+  if (repo_index_new (rr->disk, rr->size, rr->cs, &rr->ix) < 0 ||
+      (rr->sums = calloc (repo_index_chunks (rr->ix) + 1,
+                          SHA256_LEN)) == NULL) {
     backup_error ("out of memory");
-    goto out_writer;
+    return EXIT_FAILED;
   }
-  rr.src[0] = connect_server (o->b.session->data_uri,
-                              o->b.session->data_what, true);
-  if (rr.src[0] == NULL) {
-    status = EXIT_UNREACHABLE;
-    goto out_writer;
-  }
-  rr.nsrc = 1;
+  rr->src[0] = connect_server (b->session->data_uri,
+                               b->session->data_what, true);
+  if (rr->src[0] == NULL)
+    return EXIT_UNREACHABLE;
+  rr->nsrc = 1;
+  return EXIT_OK;
+}
+
+/* 3. The snapshot and the checkpoint, at one instant (with several
+ * disks, while every server holds its writes).
+ */
+static int
+repo_run_snapshot (void *run)
+{
+  struct repo_run *rr = run;
+  json_t *req, *reply;
+  char err[1024];
+
   req = control_request (CONTROL_CREATE);
-  control_request_set_string (req, "name", rr.name);
-  control_request_set_string (req, "checkpoint", rr.name);
-  control_request_set_string (req, "checkpoint_owner", o->b.session->owner);
-  rr.started = repo_run_time ();
-  rr.t0 = tool_now ();
-  reply = control_call (&o->b, req, err, sizeof err);
+  control_request_set_string (req, "name", rr->name);
+  control_request_set_string (req, "checkpoint", rr->name);
+  control_request_set_string (req, "checkpoint_owner", rr->b->session->owner);
+  /* The snapshot serves this run only: should the server die during
+   * it, it is dropped at the server's next start rather than kept
+   * copying out every first write until this disk's next run.
+   */
+  control_request_set (req, "temporary", json_true ());
+  rr->started = repo_run_time ();
+  rr->t0 = tool_now ();
+  reply = control_call (rr->b, req, err, sizeof err);
   json_decref (req);
   if (reply == NULL) {
     backup_error ("creating snapshot and checkpoint %s: %s (snapfg-backup "
                   "needs a server started with state=FILE and "
-                  "control=SOCKET)", rr.name, err);
-    status = control_failure_status (&o->b);
-    goto out_writer;
+                  "control=SOCKET)", rr->name, err);
+    return control_failure_status (rr->b);
   }
   json_decref (reply);
-  rr.snapshot_made = rr.checkpoint_made = true;
+  rr->snapshot_made = rr->checkpoint_made = true;
+  return EXIT_OK;
+}
+
+/* What the run says when it is done: a line, or with --json its object
+ * (in a group, the group prints one document with every disk's).
+ */
+static void
+report (struct repo_run *rr)
+{
+  double secs = tool_now () - rr->t0;
+  json_t *meta = repo_index_meta (rr->ix);
+  char rate[128];
+
+  tool_format_rate (rate, sizeof rate, rr->job.bytes_read, secs);
+  rr->result = json_pack ("{s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I,"
+                          " s:f}",
+                          "disk", rr->disk,
+                          "run", (int) rr->run,
+                          "type", json_str (meta, "type"),
+                          "size", (json_int_t) rr->size,
+                          "bytes_read", (json_int_t) rr->job.bytes_read,
+                          "bytes_added", (json_int_t) rr->bytes_added,
+                          "chunks_added", (json_int_t) rr->chunks_added,
+                          "chunks_reused", (json_int_t) rr->chunks_reused,
+                          "chunks_zero", (json_int_t) rr->chunks_zero,
+                          "seconds", secs);
+  if (rr->result && rr->group)
+    json_object_set_new (rr->result, "group", json_string (rr->group));
+  if (tool_out.json) {
+    json_t *o = rr->result ? json_deep_copy (rr->result) : NULL;
+
+    if (o) {
+      json_object_set_new (o, "command", json_string ("backup"));
+      json_object_set_new (o, "repository", json_string (rr->location));
+    }
+    tool_json_result (o, 0);
+  }
+  else if (rr->b->json)
+    backup_info ("disk %s run %ld (%s): read %s, added %" PRIu64 " bytes "
+                 "in %" PRIu64 " new chunks (%" PRIu64 " reused)", rr->disk,
+                 rr->run, json_str (meta, "type"), rate, rr->bytes_added,
+                 rr->chunks_added, rr->chunks_reused);
+  else
+    printf ("snapfg-backup: disk %s run %ld (%s): read %s, added %" PRIu64
+            " bytes in %" PRIu64 " new chunks (%" PRIu64 " reused)\n",
+            rr->disk, rr->run, json_str (meta, "type"), rate,
+            rr->bytes_added, rr->chunks_added, rr->chunks_reused);
+}
+
+/* 4-7: what to read, the copy, the index (naming GROUP, if not NULL,
+ * with INFO's members), what the run no longer needs.
+ */
+static int
+repo_run_complete (void *run, const char *group, json_t *info)
+{
+  struct repo_run *rr = run;
+  struct copy_job *job = &rr->job;
+  json_t *v;
+  char err[1024];
+  int status;
+  size_t i;
+
+  rr->group = group;
+  rr->group_info = info;
 
   /* 4. What to read. */
-  if ((status = find_ranges (&rr)) != 0)
-    goto out_writer;
-  status = EXIT_FAILED;
+  if ((status = find_ranges (rr)) != 0)
+    return status;
 
   /* 5. The copy. */
-  if (nbd_can_multi_conn (rr.src[0]) == 1)
-    while (rr.nsrc < MAX_SOURCES) {
-      rr.src[rr.nsrc] = connect_export (o->b.session->data_uri,
-                                        o->b.session->data_what, rr.name);
-      if (rr.src[rr.nsrc] == NULL)
+  if (nbd_can_multi_conn (rr->src[0]) == 1)
+    while (rr->nsrc < MAX_SOURCES) {
+      rr->src[rr->nsrc] = connect_export (rr->b->session->data_uri,
+                                          rr->b->session->data_what,
+                                          rr->name);
+      if (rr->src[rr->nsrc] == NULL)
         break;
-      rr.nsrc++;
+      rr->nsrc++;
     }
-  memset (&job, 0, sizeof job);
-  job.src = rr.src;
-  job.nsrc = rr.nsrc;
-  job.ranges = rr.ranges;
-  job.nranges = rr.nranges;
-  job.size = rr.size;
-  job.block = rr.cs;
-  job.piece = rr.cs;
+  memset (job, 0, sizeof *job);
+  job->src = rr->src;
+  job->nsrc = rr->nsrc;
+  job->ranges = rr->ranges;
+  job->nranges = rr->nranges;
+  job->size = rr->size;
+  job->block = rr->cs;
+  job->piece = rr->cs;
   /* A chunk in 256 KiB reads, as nbdcopy's requests: in one 4 MiB
    * read, nbdkit spent 4 times the CPU time on the same data (1.2-1.5 s
    * against 0.3 s for a 512 MiB disk, paired runs), and on a loaded
    * machine that CPU time was the run's wall time.
    */
-  job.request = 256 * 1024;
-  job.slots = 16;
-  job.threads = o->threads ? o->threads : REPO_DEFAULT_THREADS;
-  job.sums = rr.sums;
-  job.sink = store_chunk;
-  job.sink_opaque = &rr;
-  job.what = "backup into the repository";
-  job.rate = o->b.limit_rate;
+  job->request = 256 * 1024;
+  job->slots = 16;
+  job->threads = rr->o->threads ? rr->o->threads : REPO_DEFAULT_THREADS;
+  job->sums = rr->sums;
+  job->sink = store_chunk;
+  job->sink_opaque = rr;
+  job->what = "backup into the repository";
+  job->rate = rr->b->limit_rate;
   if (getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER"))
-    job.stop_after = strtoull (getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER"),
-                               NULL, 10);
-  if (copy_run (&job, err, sizeof err) == -1) {
-    backup_error ("backup of snapshot %s failed: %s", rr.name, err);
-    goto out_writer;
+    job->stop_after = strtoull (getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER"),
+                                NULL, 10);
+  if (copy_run (job, err, sizeof err) == -1) {
+    backup_error ("backup of snapshot %s failed: %s", rr->name, err);
+    return EXIT_FAILED;
   }
   test_pause ("after-copy");
-  for (i = 0; i < rr.nsrc; ++i)
-    disconnect (rr.src[i]);
-  rr.nsrc = 0;
-  drop (&rr, CONTROL_DROP, rr.name);
-  rr.snapshot_made = false;
+  for (i = 0; i < rr->nsrc; ++i)
+    disconnect (rr->src[i]);
+  rr->nsrc = 0;
+  drop (rr, CONTROL_DROP, rr->name);
+  rr->snapshot_made = false;
 
   /* 6. The index, last. */
-  if (commit (&rr, &job, &run) == -1)
-    goto out_writer;
-  status = EXIT_OK;
+  if (commit (rr) == -1)
+    return EXIT_FAILED;
 
   /* 7. What the run no longer needs. */
-  for (i = 0; i < rr.ndamaged; ++i)
-    if (rr.replaced[i]) {
+  for (i = 0; i < rr->ndamaged; ++i)
+    if (rr->replaced[i]) {
       char key[REPO_CHUNK_KEY_LEN];
-      repo_damaged_key (rr.damaged + i * REPO_DIGEST_LEN, key);
-      repo_get_store (rr.r)->ops->del (repo_get_store (rr.r), key);
+      repo_damaged_key (rr->damaged + i * REPO_DIGEST_LEN, key);
+      repo_get_store (rr->r)->ops->del (repo_get_store (rr->r), key);
     }
   /* Every checkpoint of this disk but this run's and those of runs still
    * going: the latest run's is this one's (the runs of a disk are
    * numbered in the order they finish), and a run that finishes later
    * drops this one's in turn.
    */
-  rr.stale_ckpts = leftovers (&rr, CONTROL_CHECKPOINT_LIST, "checkpoints");
-  json_array_foreach (rr.stale_ckpts, i, v)
-    if (strcmp (json_string_value (v), rr.name) != 0)
-      drop (&rr, CONTROL_CHECKPOINT_DROP, json_string_value (v));
-  {
-    double secs = tool_now () - rr.t0;
-    json_t *meta = repo_index_meta (rr.ix);
-    char rate[128];
+  rr->stale_ckpts = leftovers (rr, CONTROL_CHECKPOINT_LIST, "checkpoints");
+  json_array_foreach (rr->stale_ckpts, i, v)
+    if (strcmp (json_string_value (v), rr->name) != 0)
+      drop (rr, CONTROL_CHECKPOINT_DROP, json_string_value (v));
+  report (rr);
+  return EXIT_OK;
+}
 
-    tool_format_rate (rate, sizeof rate, job.bytes_read, secs);
-    if (o->b.json)
-      tool_json_result (json_pack ("{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I,"
-                                   " s:I, s:I, s:I, s:f}",
-                                   "command", "backup",
-                                   "repository", location,
-                                   "disk", o->disk,
-                                   "run", (int) run,
-                                   "type", json_str (meta, "type"),
-                                   "size", (json_int_t) rr.size,
-                                   "bytes_read", (json_int_t) job.bytes_read,
-                                   "bytes_added",
-                                   (json_int_t) rr.bytes_added,
-                                   "chunks_added",
-                                   (json_int_t) rr.chunks_added,
-                                   "chunks_reused",
-                                   (json_int_t) rr.chunks_reused,
-                                   "chunks_zero", (json_int_t) rr.chunks_zero,
-                                   "seconds", secs), 0);
-    else
-      printf ("snapfg-backup: disk %s run %ld (%s): read %s, added %" PRIu64
-              " bytes in %" PRIu64 " new chunks (%" PRIu64 " reused)\n",
-              o->disk, run, json_str (meta, "type"), rate, rr.bytes_added,
-              rr.chunks_added, rr.chunks_reused);
+/* A run that did not commit leaves no snapshot and no checkpoint (those
+ * the server can no longer be asked to drop, the next run does).
+ */
+static void
+repo_run_end (void *run, bool ok)
+{
+  struct repo_run *rr = run;
+
+  if (rr == NULL)
+    return;
+  cleanup (rr);
+  repo_writer_end (rr->w);
+  repo_index_free (rr->base);
+  repo_index_free (rr->ix);
+  json_decref (rr->stale_ckpts);
+  json_decref (rr->result);
+  free (rr->ranges);
+  free (rr->sums);
+  free (rr->damaged);
+  free (rr->replaced);
+  repo_close (rr->r);
+  pthread_mutex_destroy (&rr->lock);
+  free (rr);
+}
+
+int
+repo_cmd_backup (struct repo_options *o, const char *location)
+{
+  struct repo_run *rr = repo_run_new (o, &o->b, location, o->disk);
+  bool session = false;
+  int status;
+
+  if (rr == NULL)
+    return EXIT_FAILED;
+  status = repo_run_open (rr);
+  if (status == EXIT_OK) {
+    status = session_open (&o->b, rr->owner);
+    session = true;
   }
-
- out_writer:
-  cleanup (&rr);
-  repo_writer_end (rr.w);
- out_session:
-  session_close (&o->b);
- out_repo:
-  repo_index_free (rr.base);
-  repo_index_free (rr.ix);
-  json_decref (rr.stale_ckpts);
-  free (rr.ranges);
-  free (rr.sums);
-  free (rr.damaged);
-  free (rr.replaced);
-  repo_close (rr.r);
-  pthread_mutex_destroy (&rr.lock);
+  if (status == EXIT_OK)
+    status = repo_run_prepare (rr);
+  if (status == EXIT_OK)
+    status = repo_run_snapshot (rr);
+  if (status == EXIT_OK)
+    status = repo_run_complete (rr, NULL, NULL);
+  repo_run_end (rr, status == EXIT_OK);
+  if (session)
+    session_close (&o->b);
   return status;
+}
+
+/* --- a repository's run in a group (snapfg-backup-group.c) --- */
+
+static void *
+kind_new (void *opaque, struct backup_options *o, const char *repo,
+          const char *name, bool several)
+{
+  return repo_run_new (opaque, o, repo, name);
+}
+
+static const char *
+kind_where (void *run)
+{
+  return ((struct repo_run *) run)->owner;
+}
+
+/* Until its index is written, the number it expects: one more than the
+ * disk's latest (another run of the disk that finishes first takes it).
+ */
+static long
+kind_seq (void *run)
+{
+  struct repo_run *rr = run;
+
+  if (rr->run)
+    return rr->run;
+  return rr->base ? repo_index_run (rr->base) + 1 : 1;
+}
+
+static const char *
+kind_snapshot_name (void *run)
+{
+  return ((struct repo_run *) run)->name;
+}
+
+static json_t *
+kind_record_json (void *run)
+{
+  return ((struct repo_run *) run)->result;
+}
+
+const struct group_run_kind repo_run_kind = {
+  .new = kind_new,
+  .where = kind_where,
+  .open = repo_run_open,
+  .prepare = repo_run_prepare,
+  .snapshot = repo_run_snapshot,
+  .complete = repo_run_complete,
+  .end = repo_run_end,
+  .seq = kind_seq,
+  .snapshot_name = kind_snapshot_name,
+  .record_json = kind_record_json,
+  .where_member = NULL,
+};
+
+int
+repo_cmd_backup_group (struct repo_options *o, const char *location)
+{
+  return backup_group (&o->b, location, &repo_run_kind, o);
 }

@@ -7,7 +7,9 @@
  *
  *   snapfg-backup-repo-main.c     which command line is for a repository;
  *                                 its options; init
- *   snapfg-backup-repo-run.c      backup into a repository (one run)
+ *   snapfg-backup-repo-run.c      backup into a repository: one run in
+ *                                 phases, driven for one disk or as one
+ *                                 of a group (repo_run_kind)
  *   snapfg-backup-repo-restore.c  restore, and reading a point's chunks
  *                                 with several threads (verify too)
  *   snapfg-backup-repo-manage.c   verify, list, prune, gc
@@ -44,6 +46,10 @@ extern bool repo_command_line (int argc, char *argv[]);
 extern int repo_main (int argc, char *argv[]);
 
 extern int repo_cmd_backup (struct repo_options *o, const char *location);
+/* Several --disks at one instant, or hooks (snapfg-backup-group.c). */
+extern int repo_cmd_backup_group (struct repo_options *o,
+                                  const char *location);
+extern const struct group_run_kind repo_run_kind;
 extern int repo_cmd_restore (struct repo_options *o, const char *location,
                              const char *out);
 extern int repo_cmd_verify (struct repo_options *o, const char *location);

@@ -92,6 +92,7 @@ enum run_kind { RUN_FULL, RUN_INCREMENTAL, RUN_DIFFERENTIAL };
 struct run {
   const struct backup_options *o;
   const char *dir_path;
+  char *dir_owned;              /* dir_path when the run made it (a group) */
   struct backup_dir d;
   bool dir_created;             /* by this run: removed if it fails */
   json_t *manifest, *runs, *last;
@@ -970,26 +971,6 @@ run_complete (struct run *r, const char *group, json_t *info)
   return EXIT_OK;
 }
 
-unsigned
-run_seq (const struct run *r)
-{
-  return r->seq;
-}
-
-const char *
-run_snapshot_name (const struct run *r)
-{
-  return r->name;
-}
-
-/* The run's record, once complete (NULL before). */
-json_t *
-run_record_json (const struct run *r)
-{
-  return r->recorded
-    ? json_array_get (r->runs, json_array_size (r->runs) - 1) : NULL;
-}
-
 /* Clean up (a failed run leaves the server and directory as it found
  * them) and free.
  */
@@ -999,8 +980,104 @@ run_end (struct run *r, bool ok)
   if (r == NULL)
     return;
   run_cleanup (r, ok);
+  free (r->dir_owned);
   free (r);
 }
+
+/* --- a qcow2 chain's run in a group (snapfg-backup-group.c) --- */
+
+/* Disk NAME's chain: REPO/NAME when it is one of several disks, else
+ * REPO itself (main made it REPO/NAME already for one --disk).
+ */
+static void *
+chain_new (void *opaque, struct backup_options *o, const char *repo,
+           const char *name, bool several)
+{
+  struct run *r;
+  char *dir;
+
+  if (several && mkdir (repo, 0700) == -1 && errno != EEXIST) {
+    backup_error ("%s: %m", repo);
+    return NULL;
+  }
+  if ((several ? asprintf (&dir, "%s/%s", repo, name)
+               : asprintf (&dir, "%s", repo)) == -1) {
+    backup_error ("out of memory");
+    return NULL;
+  }
+  r = run_new (o, dir);
+  if (r == NULL) {
+    free (dir);
+    return NULL;
+  }
+  r->dir_owned = dir;
+  return r;
+}
+
+static const char *
+chain_where (void *run)
+{
+  return ((struct run *) run)->dir_path;
+}
+
+static int
+chain_prepare (void *run)
+{
+  return run_prepare (run);
+}
+
+static int
+chain_snapshot (void *run)
+{
+  return run_snapshot (run);
+}
+
+static int
+chain_complete (void *run, const char *group, json_t *info)
+{
+  return run_complete (run, group, info);
+}
+
+static void
+chain_end (void *run, bool ok)
+{
+  run_end (run, ok);
+}
+
+static long
+chain_seq (void *run)
+{
+  return ((struct run *) run)->seq;
+}
+
+static const char *
+chain_snapshot_name (void *run)
+{
+  return ((struct run *) run)->name;
+}
+
+static json_t *
+chain_record_json (void *run)
+{
+  struct run *r = run;
+
+  return r->recorded
+    ? json_array_get (r->runs, json_array_size (r->runs) - 1) : NULL;
+}
+
+const struct group_run_kind backup_chain_kind = {
+  .new = chain_new,
+  .where = chain_where,
+  .open = NULL,
+  .prepare = chain_prepare,
+  .snapshot = chain_snapshot,
+  .complete = chain_complete,
+  .end = chain_end,
+  .seq = chain_seq,
+  .snapshot_name = chain_snapshot_name,
+  .record_json = chain_record_json,
+  .where_member = "directory",
+};
 
 int
 cmd_backup (const struct backup_options *o, const char *dir_path)

@@ -129,12 +129,11 @@ extern int cmd_restore (const struct backup_options *o, const char *dir_path,
 extern int cmd_verify (const struct backup_options *o, const char *dir_path);
 extern int cmd_list (const struct backup_options *o, const char *dir_path);
 extern int cmd_prune (const struct backup_options *o, const char *dir_path);
-/* One run in phases (snapfg-backup-run.c), for a backup of several
- * disks at one instant (snapfg-backup-group.c, cmd_backup_group): every
- * disk's run prepared (its directory, kind, server, connection), then
- * every snapshot taken while the servers hold writes, then each run
- * completed (copy, record).  Each returns an exit status; run_end
- * cleans up (on failure: the snapshot and checkpoint dropped) and frees.
+/* One run in phases (snapfg-backup-run.c): every disk's run prepared
+ * (its directory, kind, server, connection), then the snapshot taken,
+ * then the run completed (copy, record).  Each returns an exit status;
+ * run_end cleans up (on failure: the snapshot and checkpoint dropped)
+ * and frees.
  */
 struct run;
 extern struct run *run_new (const struct backup_options *o,
@@ -143,11 +142,78 @@ extern int run_prepare (struct run *r);
 extern int run_snapshot (struct run *r);
 extern int run_complete (struct run *r, const char *group, json_t *info);
 extern void run_end (struct run *r, bool ok);
-extern unsigned run_seq (const struct run *r);
-extern const char *run_snapshot_name (const struct run *r);
-extern json_t *run_record_json (const struct run *r);
-/* backup with several --disks, or with --pre-snapshot/--post-snapshot. */
+
+/* --- several disks at one instant (snapfg-backup-group.c) --- */
+
+/* A run of one disk, as a backup of several disks at one instant (or
+ * one disk with hooks) drives it: the group opens each disk's session,
+ * prepares every run, holds the servers' writes, takes every snapshot,
+ * resumes them, then completes each run, or ends them all (rolled
+ * back) if anything before failed.  Two kinds: a qcow2 chain's
+ * (backup_chain_kind, snapfg-backup-run.c) and a repository's
+ * (repo_run_kind, snapfg-backup-repo-run.c).  The int functions return
+ * an exit status.
+ */
+struct group_run_kind {
+  /* A new run of disk NAME into REPO (SEVERAL: one of several disks),
+   * talking to its server through O, whose session the group opens
+   * (at where ()) before prepare.  Nothing is touched yet.  OPAQUE is
+   * what the group was given for the kind.  NULL after a message.
+   */
+  void *(*new) (void *opaque, struct backup_options *o, const char *repo,
+                const char *name, bool several);
+  /* The session's directory (the checkpoints' owner, see session_open). */
+  const char *(*where) (void *run);
+  /* What can be refused before any server is asked (a repository's
+   * key); NULL: nothing.
+   */
+  int (*open) (void *run);
+  int (*prepare) (void *run);   /* everything before the snapshot */
+  int (*snapshot) (void *run);  /* snapshot and checkpoint: the instant */
+  /* The copy and the record, as part of GROUP, with INFO's members in
+   * the record too.  Prints nothing on stdout when --json is given
+   * (tool_out.json is false then: the group prints one document).
+   */
+  int (*complete) (void *run, const char *group, json_t *info);
+  /* Clean up and free (not OK: the snapshot and checkpoint dropped,
+   * nothing recorded that is not already).
+   */
+  void (*end) (void *run, bool ok);
+  /* The run's number: a repository's is taken when its index is
+   * written, before that the one it expects.
+   */
+  long (*seq) (void *run);
+  const char *(*snapshot_name) (void *run);
+  /* The run's record once complete (borrowed), else NULL. */
+  json_t *(*record_json) (void *run);
+  /* where () is a backup directory, shown as this member of --json and
+   * in the hooks' SNAPFG_BACKUP_DIRS; NULL: not shown.
+   */
+  const char *where_member;
+};
+extern const struct group_run_kind backup_chain_kind;
+
+/* The group: EXIT_OK or the exit status after a message. */
+extern int backup_group (struct backup_options *o, const char *repo,
+                         const struct group_run_kind *kind, void *opaque);
+/* backup with several --disks, or with --pre-snapshot/--post-snapshot,
+ * into a qcow2 backup directory.
+ */
 extern int cmd_backup_group (struct backup_options *o, const char *repo);
+
+/* The command lines of backup (the qcow2 one, snapfg-backup-main.c, and
+ * the repository's, snapfg-backup-repo-main.c) take the disks alike:
+ * OPT is 'S', 'u' or 'd' (--disk ARG); after a --disk, -S and -u are
+ * that disk's.  EXIT_OK, or EXIT_USAGE after a message.
+ */
+extern int backup_disk_option (struct backup_options *o, int opt,
+                               const char *arg);
+/* The disks as given, checked for command CMD: several only for
+ * backup, each with its own -S and -u and none before; a single
+ * --disk's -S and -u become the command's.  EXIT_OK, or EXIT_USAGE
+ * after a message.
+ */
+extern int backup_disks_resolve (struct backup_options *o, const char *cmd);
 
 /* serve (snapfg-backup-serve.c): becomes nbdkit; returns on failure. */
 extern int cmd_serve (const struct backup_options *o, const char *repo);
