@@ -63,7 +63,7 @@ _GUEST_FORMAT=3
 
 # Kernel modules the guest loads (dependencies are added from each
 # module's depends= string, in load order).
-_GUEST_MODULES=(virtio_pci virtio_blk virtio_console nbd dm_snapshot)
+_GUEST_MODULES=(virtio_pci virtio_blk virtio_console nbd dm_snapshot ext4)
 # Userland packages fetched for the guest, and the binaries taken from them.
 # (util-linux: its blkdiscard has -z, BLKZEROOUT; busybox's has not.)
 _GUEST_PKGS=(busybox-static nbd-client socat dmsetup libdevmapper1.02.1 util-linux)
