@@ -58,6 +58,12 @@ rb --json gc "$repo" --grace 0 || check_fail "gc: $(cat "$tmpdir/rb.log")"
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
 [ "$(partials)" -eq "$n" ] || check_fail "partial files of the killed run: $n, then $(partials)"
+# gc's cutoff is in whole seconds (--grace 0: "older than now"): a file
+# written in the current second is not older yet.  Wait until the clock
+# has passed the newest partial file's second.
+newest=$(find "$repo" -name '.tmp.*' -printf '%T@\n' | sort -n | tail -n 1)
+newest=${newest%.*}
+while [ "$(date +%s)" -le "$newest" ]; do sleep 0.2; done
 rb --json gc "$repo" --grace 0 || check_fail "gc: $(cat "$tmpdir/rb.log")"
 "$PY" -c 'import json,sys; j = json.load(open(sys.argv[1])); assert j["removed_partial"] == int(sys.argv[2]), j' \
     "$tmpdir/rb.log" "$n" || check_fail "gc after the killed run: $(cat "$tmpdir/rb.log")"
