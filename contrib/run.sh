@@ -7,8 +7,11 @@
 #   contrib/run.sh demo [ORIGIN]   build, install, run contrib/demo.sh
 #   contrib/run.sh test            build, install, make check and
 #                                  make check-guest, with make
-#                                  check-sanitizers alongside
-#   contrib/run.sh check           the same without make check-sanitizers
+#                                  check-sanitizers alongside (every
+#                                  test once: make check leaves out
+#                                  those a sanitizer tree runs)
+#   contrib/run.sh check           build, install, make check (every
+#                                  test) and make check-guest
 #                                  (.ci/run's Debian 13 stage)
 #   contrib/run.sh deps            only install the packages
 #
@@ -229,7 +232,16 @@ if [ "$cmd" = test ] && [ "${SNAPFG_SANITIZERS_ALONGSIDE:-1}" = 1 ]; then
     run_sanitizers >"$top/ci-sanitizers.log" 2>&1 &
     san_pid=$!
 fi
-stage "make check" make -j"$check_jobs" check VERBOSE=1
+# With make check-sanitizers in the same run, make check leaves out the
+# end-to-end tests a sanitizer tree runs (Makefile.am
+# check-beside-sanitizers): they run once, instrumented, with every
+# check of theirs.  contrib/run.sh check (and CI's Debian 13 stage) runs
+# every test uninstrumented.
+if [ "$cmd" = test ]; then
+    stage "make check" make -j"$check_jobs" check-beside-sanitizers VERBOSE=1
+else
+    stage "make check" make -j"$check_jobs" check VERBOSE=1
+fi
 stage "make check-guest" make check-guest VERBOSE=1
 if [ -n "$san_pid" ]; then
     say "make check-sanitizers: waiting for it"

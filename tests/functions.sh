@@ -305,7 +305,7 @@ fill_export() {
 # export_description SOCK EXPORT: EXPORT's description as nbdinfo
 # --list gives it; fails if EXPORT is not listed.
 export_description() {
-    nbdinfo --list --json "$(uri "$1")" | python3 -c '
+    nbdinfo --list --json "$(uri "$1")" | "$PY" -c '
 import json, sys
 for e in json.load(sys.stdin)["exports"]:
     if e["export-name"] == sys.argv[1]:

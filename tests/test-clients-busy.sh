@@ -73,7 +73,7 @@ st=0; wait "$fio_pid" || st=$?
 [ "$st" -eq 0 ] || { cat "$tmpdir/fio.out" >&2; fail "fio verify=crc32c on the origin failed (status $st)"; }
 # fio's exit status alone does not show that it verified anything: each
 # job must have read back (the verify pass) all it wrote, without error.
-python3 - "$tmpdir/fio.out" <<'EOF' ||
+"$PY" - "$tmpdir/fio.out" <<'EOF' ||
 import json, sys
 jobs = json.load(open(sys.argv[1]))["jobs"]
 want = 16 * 1024 * 1024

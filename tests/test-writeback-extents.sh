@@ -109,7 +109,7 @@ while read -r verdict rest; do
 done <"$tmpdir/held.out"
 
 held=$("$SNAPFGCTL" --socket "$ctlsock" stats --json |
-       python3 -c 'import json,sys; print([x for x in json.load(sys.stdin)["exports"] if x["export"] == "origin"][0]["writeback_held_writes"])')
+       "$PY" -c 'import json,sys; print([x for x in json.load(sys.stdin)["exports"] if x["export"] == "origin"][0]["writeback_held_writes"])')
 [ "$held" -ge 200 ] && info "ok: $held writes held while block status is read" ||
     check_fail "only $held writes are held: the test did not test held writes"
 
