@@ -25,6 +25,7 @@
 
 #include <libnbd.h>
 
+#include "big-buffer.h"
 #include "full-io.h"
 #include "snapfg-error.h"
 #include "snapfg-backup-repo.h"
@@ -53,7 +54,8 @@ reader (void *arg)
   struct reader_thread *rt = arg;
   struct point_reader *pr = rt->pr;
   uint32_t cs = repo_index_chunk_size (pr->ix);
-  char *buf = malloc (cs);
+  /* Kept for every chunk, in huge pages (big-buffer.h). */
+  char *buf = big_alloc (cs);
   uint64_t n;
 
   if (buf == NULL) {
@@ -71,7 +73,7 @@ reader (void *arg)
       atomic_store (&pr->stop, true);
     atomic_fetch_add (&pr->done, 1);
   }
-  free (buf);
+  big_free (buf, cs);
   return NULL;
 }
 
@@ -125,6 +127,7 @@ repo_read_point (struct repo *r, const struct repo_index *ix,
 
 struct restore_out {
   const char *out;
+  const struct repo_index *ix;
   uint64_t size;
   uint32_t cs;
   int fd;                       /* a file or block device, or -1 */
@@ -172,7 +175,9 @@ restore_chunk (void *opaque, unsigned thread, uint64_t n, const char *buf,
   }
   if (off + len > ro->size)
     len = ro->size - off;
-  zero = buf[0] == 0 && memcmp (buf, buf + 1, len - 1) == 0;
+  /* A zero chunk of the index is zero: not scanned again. */
+  zero = repo_index_chunk_is_zero (ro->ix, n) ||
+    (buf[0] == 0 && memcmp (buf, buf + 1, len - 1) == 0);
   if (!zero)                    /* a zero chunk is not fetched */
     pace (ro, len);
   if (ro->nbd[0]) {
@@ -230,6 +235,7 @@ repo_cmd_restore (struct repo_options *o, const char *location,
     repo_fail (ret, NULL);
     goto out;
   }
+  ro.ix = ix;
   ro.size = repo_index_disk_size (ix);
   ro.cs = repo_index_chunk_size (ix);
   ro.rate = o->b.limit_rate;
