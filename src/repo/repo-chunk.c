@@ -13,6 +13,7 @@
 #include <string.h>
 #include <errno.h>
 #include <stdio.h>
+#include <sys/uio.h>
 
 #include <gnutls/gnutls.h>
 #include <gnutls/crypto.h>
@@ -107,93 +108,300 @@ make_aad (const unsigned char *h, const unsigned char id[REPO_DIGEST_LEN],
   memcpy (aad + REPO_CHUNK_HEADER_LEN, id, REPO_DIGEST_LEN);
 }
 
+size_t
+repo_chunk_object_bound (size_t len, int zstd_level)
+{
+  return REPO_CHUNK_HEADER_LEN + REPO_NONCE_LEN + REPO_TAG_LEN +
+    (zstd_level > 0 ? ZSTD_compressBound (len) : len);
+}
+
+/* zstd of plain into dst (cap bytes) with cctx (NULL: a context made for
+ * this call): its length if smaller than the data, else 0 (the chunk
+ * is kept as it is).
+ */
+static size_t
+compress_chunk (ZSTD_CCtx *cctx, void *dst, size_t cap, const void *plain,
+                size_t len, int level)
+{
+  size_t z = cctx ? ZSTD_compressCCtx (cctx, dst, cap, plain, len, level)
+    : ZSTD_compress (dst, cap, plain, len, level);
+
+  return !ZSTD_isError (z) && z < len ? z : 0;
+}
+
+/* AES-256-GCM of data (data_len bytes) into obj's payload, after its
+ * header (written already) and a new nonce; the tag after it.  data may
+ * be the payload itself (encrypted in place).
+ */
+static int
+encrypt_chunk (const struct repo_keys *k,
+               const unsigned char id[REPO_DIGEST_LEN], unsigned char *obj,
+               const void *data, size_t data_len)
+{
+  gnutls_cipher_hd_t h;
+  gnutls_datum_t key = { .data = (void *) k->enc, .size = 32 };
+  unsigned char aad[REPO_CHUNK_HEADER_LEN + REPO_DIGEST_LEN];
+  unsigned char *nonce = obj + REPO_CHUNK_HEADER_LEN;
+  unsigned char *payload = nonce + REPO_NONCE_LEN;
+  int r;
+
+  make_aad (obj, id, aad);
+  if (gnutls_rnd (GNUTLS_RND_NONCE, nonce, REPO_NONCE_LEN) < 0)
+    return snapfg_set_error (EIO, "no random nonce for a chunk");
+  /* The bulk (non-AEAD) API, one cipher per chunk: it takes no lock, so
+   * every thread encrypts at once.
+   */
+  if ((r = gnutls_cipher_init (&h, GNUTLS_CIPHER_AES_256_GCM, &key,
+                               &(gnutls_datum_t) { .data = nonce,
+                                                   .size = REPO_NONCE_LEN }))
+      < 0)
+    return snapfg_set_error (EIO, "AES-256-GCM: %s", gnutls_strerror (r));
+  r = gnutls_cipher_add_auth (h, aad, sizeof aad);
+  if (r >= 0)
+    r = data == payload ? gnutls_cipher_encrypt (h, payload, data_len)
+      : gnutls_cipher_encrypt2 (h, data, data_len, payload, data_len);
+  if (r >= 0)
+    r = gnutls_cipher_tag (h, payload + data_len, REPO_TAG_LEN);
+  gnutls_cipher_deinit (h);
+  if (r < 0)
+    return snapfg_set_error (EIO, "AES-256-GCM encryption failed");
+  return 0;
+}
+
+int
+repo_chunk_encode_iov (const struct repo_keys *k,
+                       const unsigned char id[REPO_DIGEST_LEN],
+                       const void *plain, size_t len, int zstd_level,
+                       struct ZSTD_CCtx_s *cctx, void *objv, size_t cap,
+                       struct iovec iov[2])
+{
+  bool enc = k && k->encrypted;
+  unsigned char *obj = objv;
+  size_t head = REPO_CHUNK_HEADER_LEN + (enc ? REPO_NONCE_LEN : 0);
+  unsigned char *payload = obj + head;
+  const void *data = plain;
+  size_t data_len = len;
+  unsigned flags = 0;
+
+  if (len > UINT32_MAX / 2)
+    return snapfg_set_error (EINVAL, "a chunk of %zu bytes is too big", len);
+  if (cap < (enc || zstd_level > 0 ? repo_chunk_object_bound (len, zstd_level)
+             : REPO_CHUNK_HEADER_LEN))
+    return snapfg_set_error (EINVAL, "internal error: %zu bytes are too few "
+                             "for a chunk object of %zu", cap, len);
+  if (zstd_level > 0) {
+    /* Straight into the payload; encrypted in place from there. */
+    size_t z = compress_chunk (cctx, payload, cap - head - REPO_TAG_LEN,
+                               plain, len, zstd_level);
+    if (z) {
+      flags |= FLAG_ZSTD;
+      data = payload;
+      data_len = z;
+    }
+  }
+  iov[0] = (struct iovec) { .iov_base = obj, .iov_len = head };
+  if (enc) {
+    int r;
+
+    put_header (obj, flags | FLAG_AES_GCM, len, data_len + REPO_TAG_LEN);
+    if ((r = encrypt_chunk (k, id, obj, data, data_len)) < 0)
+      return r;
+    iov[1] = (struct iovec) { .iov_base = payload,
+                              .iov_len = data_len + REPO_TAG_LEN };
+  }
+  else {
+    put_header (obj, flags, len, data_len);
+    iov[1] = (struct iovec) { .iov_base = (void *) data,
+                              .iov_len = data_len };
+  }
+  return 0;
+}
+
 int
 repo_chunk_encode (const struct repo_keys *k,
                    const unsigned char id[REPO_DIGEST_LEN],
                    const void *plain, size_t len, int zstd_level,
                    void **out, size_t *out_len)
 {
-  bool enc = k && k->encrypted;
-  size_t cap = REPO_CHUNK_HEADER_LEN + REPO_NONCE_LEN + REPO_TAG_LEN +
-    (zstd_level > 0 ? ZSTD_compressBound (len) : len);
-  unsigned char *obj = malloc (cap), *payload;
-  const void *data = plain;
-  size_t data_len = len;
-  unsigned flags = 0;
-  void *zbuf = NULL;
+  size_t cap = repo_chunk_object_bound (len, zstd_level);
+  unsigned char *obj = malloc (cap);
+  struct iovec iov[2];
+  int r;
 
   *out = NULL;
   if (obj == NULL)
     return snapfg_set_error (ENOMEM, "out of memory for a chunk");
-  if (len > UINT32_MAX / 2) {
+  if ((r = repo_chunk_encode_iov (k, id, plain, len, zstd_level, NULL, obj,
+                                  cap, iov)) < 0) {
     free (obj);
-    return snapfg_set_error (EINVAL, "a chunk of %zu bytes is too big", len);
+    return r;
   }
-  payload = obj + REPO_CHUNK_HEADER_LEN + (enc ? REPO_NONCE_LEN : 0);
-  if (zstd_level > 0) {
-    /* Compress straight into place when there is no encryption. */
-    void *dst = enc ? (zbuf = malloc (ZSTD_compressBound (len))) : payload;
-    size_t z;
+  if (iov[1].iov_base != obj + iov[0].iov_len)
+    memcpy (obj + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
+  *out = obj;
+  *out_len = iov[0].iov_len + iov[1].iov_len;
+  return 0;
+}
 
-    if (dst == NULL) {
-      free (obj);
-      return snapfg_set_error (ENOMEM, "out of memory for a chunk");
-    }
-    z = ZSTD_compress (dst, ZSTD_compressBound (len), plain, len, zstd_level);
-    if (!ZSTD_isError (z) && z < len) {
-      flags |= FLAG_ZSTD;
-      data = dst;
-      data_len = z;
-    }
-  }
-  if (enc) {
-    gnutls_cipher_hd_t h;
-    gnutls_datum_t key = { .data = (void *) k->enc, .size = 32 };
-    unsigned char aad[REPO_CHUNK_HEADER_LEN + REPO_DIGEST_LEN];
-    unsigned char *nonce = obj + REPO_CHUNK_HEADER_LEN;
-    int r;
+/* A chunk object's header, checked against the object's length and the
+ * repository's key: its flags, plain length and payload's offset.
+ */
+static int
+parse_header (const struct repo_keys *k, const unsigned char *obj,
+              size_t obj_len, size_t cap, unsigned *flags, uint32_t *plen,
+              size_t *head, size_t *paylen, const char *what)
+{
+  uint32_t v;
 
-    flags |= FLAG_AES_GCM;
-    put_header (obj, flags, len, data_len + REPO_TAG_LEN);
-    make_aad (obj, id, aad);
-    if (gnutls_rnd (GNUTLS_RND_NONCE, nonce, REPO_NONCE_LEN) < 0) {
-      free (zbuf);
-      free (obj);
-      return snapfg_set_error (EIO, "no random nonce for a chunk");
-    }
-    /* The bulk (non-AEAD) API in place, one cipher per chunk: it takes
-     * no lock, so every thread encrypts at once.
-     */
-    if ((r = gnutls_cipher_init (&h, GNUTLS_CIPHER_AES_256_GCM, &key,
-                                 &(gnutls_datum_t) { .data = nonce,
-                                                     .size = REPO_NONCE_LEN }))
-        < 0) {
-      free (zbuf);
-      free (obj);
-      return snapfg_set_error (EIO, "AES-256-GCM: %s", gnutls_strerror (r));
-    }
-    if (data != payload)
-      memcpy (payload, data, data_len);
-    if (gnutls_cipher_add_auth (h, aad, sizeof aad) < 0 ||
-        gnutls_cipher_encrypt (h, payload, data_len) < 0 ||
-        gnutls_cipher_tag (h, payload + data_len, REPO_TAG_LEN) < 0) {
-      gnutls_cipher_deinit (h);
-      free (zbuf);
-      free (obj);
-      return snapfg_set_error (EIO, "AES-256-GCM encryption failed");
-    }
-    gnutls_cipher_deinit (h);
-    *out_len = REPO_CHUNK_HEADER_LEN + REPO_NONCE_LEN + data_len +
-      REPO_TAG_LEN;
+  if (obj_len < REPO_CHUNK_HEADER_LEN || memcmp (obj, CHUNK_MAGIC, 4) != 0 ||
+      obj[4] != CHUNK_VERSION)
+    return snapfg_set_error (EIO, "%s: not a chunk object (bad header)",
+                             what);
+  *flags = obj[5];
+  memcpy (&v, obj + 8, 4);
+  *plen = le32toh (v);
+  memcpy (&v, obj + 12, 4);
+  *paylen = le32toh (v);
+  if (*plen > cap)
+    return snapfg_set_error (EIO, "%s: holds %u bytes, more than a chunk "
+                             "(%zu)", what, *plen, cap);
+  if ((*flags & ~(FLAG_ZSTD | FLAG_AES_GCM)) != 0)
+    return snapfg_set_error (EIO, "%s: unknown flags 0x%x", what, *flags);
+  if (!!(*flags & FLAG_AES_GCM) != !!(k && k->encrypted))
+    return snapfg_set_error (EIO, "%s: %s, but the repository is %s", what,
+                             *flags & FLAG_AES_GCM ? "encrypted"
+                             : "not encrypted",
+                             k && k->encrypted ? "encrypted"
+                             : "not encrypted");
+  *head = REPO_CHUNK_HEADER_LEN + (*flags & FLAG_AES_GCM ? REPO_NONCE_LEN : 0);
+  if (*head + *paylen != obj_len)
+    return snapfg_set_error (EIO, "%s: %zu bytes, its header says %zu "
+                             "(truncated or extended)", what, obj_len,
+                             *head + *paylen);
+  return 0;
+}
+
+/* Decrypt and authenticate the payload (paylen bytes with its tag) of
+ * obj in place; *data_len its plain length.
+ */
+static int
+decrypt_chunk (const struct repo_keys *k,
+               const unsigned char id[REPO_DIGEST_LEN], unsigned char *obj,
+               size_t paylen, size_t *data_len, const char *what)
+{
+  gnutls_cipher_hd_t h;
+  gnutls_datum_t key = { .data = (void *) k->enc, .size = 32 };
+  unsigned char aad[REPO_CHUNK_HEADER_LEN + REPO_DIGEST_LEN];
+  unsigned char tag[REPO_TAG_LEN];
+  unsigned char *payload = obj + REPO_CHUNK_HEADER_LEN + REPO_NONCE_LEN;
+  int r;
+
+  if (paylen < REPO_TAG_LEN)
+    return snapfg_set_error (EIO, "%s: too short for its tag", what);
+  *data_len = paylen - REPO_TAG_LEN;
+  make_aad (obj, id, aad);
+  if (gnutls_cipher_init (&h, GNUTLS_CIPHER_AES_256_GCM, &key,
+                          &(gnutls_datum_t) {
+                            .data = obj + REPO_CHUNK_HEADER_LEN,
+                            .size = REPO_NONCE_LEN }) < 0)
+    return snapfg_set_error (EIO, "%s: AES-256-GCM init failed", what);
+  r = gnutls_cipher_add_auth (h, aad, sizeof aad);
+  if (r >= 0)
+    r = gnutls_cipher_decrypt (h, payload, *data_len);
+  if (r >= 0)
+    r = gnutls_cipher_tag (h, tag, sizeof tag);
+  gnutls_cipher_deinit (h);
+  if (r < 0)
+    return snapfg_set_error (EIO, "%s: decryption failed", what);
+  if (gnutls_memcmp (tag, payload + *data_len, REPO_TAG_LEN) != 0)
+    return snapfg_set_error (EIO, "%s: damaged (its authentication tag "
+                             "does not match: changed, or not this "
+                             "repository's key)", what);
+  return 0;
+}
+
+/* The rest of buf zeroed, the plain data's id computed and compared. */
+static int
+check_plain (const struct repo_keys *k,
+             const unsigned char id[REPO_DIGEST_LEN], void *buf, size_t cap,
+             uint32_t plen, const char *what)
+{
+  unsigned char sha[REPO_DIGEST_LEN], got[REPO_DIGEST_LEN];
+
+  if (plen < cap)
+    memset ((char *) buf + plen, 0, cap - plen);
+  if (repo_sha256 (buf, plen, sha) < 0)
+    return snapfg_set_error (EIO, "%s: SHA-256 failed", what);
+  repo_chunk_id (k, sha, got);
+  if (memcmp (got, id, REPO_DIGEST_LEN) != 0)
+    return snapfg_set_error (EIO, "%s: damaged (its data does not match "
+                             "its digest)", what);
+  return 0;
+}
+
+int
+repo_chunk_decode_inplace (const struct repo_keys *k,
+                           const unsigned char id[REPO_DIGEST_LEN],
+                           void *objv, size_t obj_len, void *buf, size_t cap,
+                           struct ZSTD_DCtx_s *dctx, size_t *plain_len,
+                           const char *what)
+{
+  unsigned char *obj = objv, *payload;
+  unsigned flags;
+  uint32_t plen;
+  size_t head, data_len;
+  int r;
+
+  if ((r = parse_header (k, obj, obj_len, cap, &flags, &plen, &head,
+                         &data_len, what)) < 0)
+    return r;
+  payload = obj + head;
+  if ((flags & FLAG_AES_GCM) &&
+      (r = decrypt_chunk (k, id, obj, data_len, &data_len, what)) < 0)
+    return r;
+  if (flags & FLAG_ZSTD) {
+    size_t z = dctx ? ZSTD_decompressDCtx (dctx, buf, cap, payload, data_len)
+      : ZSTD_decompress (buf, cap, payload, data_len);
+    if (ZSTD_isError (z) || z != plen)
+      return snapfg_set_error (EIO, "%s: damaged (zstd: %s)", what,
+                               ZSTD_isError (z) ? ZSTD_getErrorName (z)
+                               : "wrong length");
   }
   else {
-    put_header (obj, flags, len, data_len);
-    if (data != payload)
-      memcpy (payload, data, data_len);
-    *out_len = REPO_CHUNK_HEADER_LEN + data_len;
+    if (data_len != plen)
+      return snapfg_set_error (EIO, "%s: damaged (length)", what);
+    if (payload != buf)
+      memcpy (buf, payload, plen);
   }
-  free (zbuf);
-  *out = obj;
+  if ((r = check_plain (k, id, buf, cap, plen, what)) < 0)
+    return r;
+  *plain_len = plen;
+  return 0;
+}
+
+int
+repo_chunk_check_stored (const struct repo_keys *k,
+                         const unsigned char id[REPO_DIGEST_LEN],
+                         const unsigned char hdr[REPO_CHUNK_HEADER_LEN],
+                         size_t obj_len, void *buf, size_t cap,
+                         size_t *plain_len, const char *what)
+{
+  unsigned flags;
+  uint32_t plen;
+  size_t head, data_len;
+  int r;
+
+  if ((r = parse_header (k, hdr, obj_len, cap, &flags, &plen, &head,
+                         &data_len, what)) < 0)
+    return r;
+  if (flags != 0)
+    return snapfg_set_error (EINVAL, "internal error: %s is not stored as "
+                             "it is", what);
+  if (data_len != plen)
+    return snapfg_set_error (EIO, "%s: damaged (length)", what);
+  if ((r = check_plain (k, id, buf, cap, plen, what)) < 0)
+    return r;
+  *plain_len = plen;
   return 0;
 }
 
@@ -203,107 +411,24 @@ repo_chunk_decode (const struct repo_keys *k,
                    const void *objv, size_t obj_len, void *buf, size_t cap,
                    size_t *plain_len, const char *what)
 {
-  const unsigned char *obj = objv;
-  unsigned char sha[REPO_DIGEST_LEN], got[REPO_DIGEST_LEN];
-  uint32_t plen, paylen;
-  unsigned flags;
-  const unsigned char *payload;
-  unsigned char *tmp = NULL;
-  size_t data_len;
+  void *copy;
+  int r;
 
-  if (obj_len < REPO_CHUNK_HEADER_LEN || memcmp (obj, CHUNK_MAGIC, 4) != 0 ||
-      obj[4] != CHUNK_VERSION)
-    return snapfg_set_error (EIO, "%s: not a chunk object (bad header)",
-                             what);
-  flags = obj[5];
-  memcpy (&plen, obj + 8, 4);
-  memcpy (&paylen, obj + 12, 4);
-  plen = le32toh (plen);
-  paylen = le32toh (paylen);
-  if (plen > cap)
-    return snapfg_set_error (EIO, "%s: holds %u bytes, more than a chunk "
-                             "(%zu)", what, plen, cap);
-  if ((flags & ~(FLAG_ZSTD | FLAG_AES_GCM)) != 0)
-    return snapfg_set_error (EIO, "%s: unknown flags 0x%x", what, flags);
-  if (!!(flags & FLAG_AES_GCM) != !!(k && k->encrypted))
-    return snapfg_set_error (EIO, "%s: %s, but the repository is %s", what,
-                             flags & FLAG_AES_GCM ? "encrypted"
-                             : "not encrypted",
-                             k && k->encrypted ? "encrypted"
-                             : "not encrypted");
-  payload = obj + REPO_CHUNK_HEADER_LEN +
-    (flags & FLAG_AES_GCM ? REPO_NONCE_LEN : 0);
-  if ((size_t) (payload - obj) + paylen != obj_len)
-    return snapfg_set_error (EIO, "%s: %zu bytes, its header says %zu "
-                             "(truncated or extended)", what, obj_len,
-                             (size_t) (payload - obj) + paylen);
-  data_len = paylen;
-  if (flags & FLAG_AES_GCM) {
-    gnutls_cipher_hd_t h;
-    gnutls_datum_t key = { .data = (void *) k->enc, .size = 32 };
-    unsigned char aad[REPO_CHUNK_HEADER_LEN + REPO_DIGEST_LEN];
-    unsigned char tag[REPO_TAG_LEN];
+  /* Decoding works in place: on a copy, the object being the caller's. */
+  if ((copy = malloc (obj_len ? obj_len : 1)) == NULL)
+    return snapfg_set_error (ENOMEM, "%s: out of memory", what);
+  memcpy (copy, objv, obj_len);
+  r = repo_chunk_decode_inplace (k, id, copy, obj_len, buf, cap, NULL,
+                                 plain_len, what);
+  free (copy);
+  return r;
+}
 
-    if (paylen < REPO_TAG_LEN)
-      return snapfg_set_error (EIO, "%s: too short for its tag", what);
-    data_len = paylen - REPO_TAG_LEN;
-    /* Decrypt into buf when it is the plain data, else into tmp. */
-    if (!(flags & FLAG_ZSTD) && data_len <= cap)
-      tmp = NULL;
-    else if ((tmp = malloc (data_len ? data_len : 1)) == NULL)
-      return snapfg_set_error (ENOMEM, "%s: out of memory", what);
-    make_aad (obj, id, aad);
-    if (gnutls_cipher_init (&h, GNUTLS_CIPHER_AES_256_GCM, &key,
-                            &(gnutls_datum_t) {
-                              .data = (void *) (obj + REPO_CHUNK_HEADER_LEN),
-                              .size = REPO_NONCE_LEN }) < 0) {
-      free (tmp);
-      return snapfg_set_error (EIO, "%s: AES-256-GCM init failed", what);
-    }
-    if (gnutls_cipher_add_auth (h, aad, sizeof aad) < 0 ||
-        gnutls_cipher_decrypt2 (h, payload, data_len, tmp ? tmp : buf,
-                                data_len) < 0 ||
-        gnutls_cipher_tag (h, tag, sizeof tag) < 0) {
-      gnutls_cipher_deinit (h);
-      free (tmp);
-      return snapfg_set_error (EIO, "%s: decryption failed", what);
-    }
-    gnutls_cipher_deinit (h);
-    if (gnutls_memcmp (tag, payload + data_len, REPO_TAG_LEN) != 0) {
-      free (tmp);
-      return snapfg_set_error (EIO, "%s: damaged (its authentication tag "
-                               "does not match: changed, or not this "
-                               "repository's key)", what);
-    }
-    payload = tmp ? tmp : buf;
-  }
-  if (flags & FLAG_ZSTD) {
-    size_t z = ZSTD_decompress (buf, cap, payload, data_len);
-    free (tmp);
-    if (ZSTD_isError (z) || z != plen)
-      return snapfg_set_error (EIO, "%s: damaged (zstd: %s)", what,
-                               ZSTD_isError (z) ? ZSTD_getErrorName (z)
-                               : "wrong length");
-  }
-  else {
-    if (data_len != plen) {
-      free (tmp);
-      return snapfg_set_error (EIO, "%s: damaged (length)", what);
-    }
-    if (payload != buf)
-      memcpy (buf, payload, plen);
-    free (tmp);
-  }
-  if (plen < cap)
-    memset ((char *) buf + plen, 0, cap - plen);
-  if (repo_sha256 (buf, plen, sha) < 0)
-    return snapfg_set_error (EIO, "%s: SHA-256 failed", what);
-  repo_chunk_id (k, sha, got);
-  if (memcmp (got, id, REPO_DIGEST_LEN) != 0)
-    return snapfg_set_error (EIO, "%s: damaged (its data does not match "
-                             "its digest)", what);
-  *plain_len = plen;
-  return 0;
+bool
+repo_chunk_stored_as_is (const unsigned char hdr[REPO_CHUNK_HEADER_LEN])
+{
+  return memcmp (hdr, CHUNK_MAGIC, 4) == 0 && hdr[4] == CHUNK_VERSION &&
+    hdr[5] == 0;
 }
 
 void

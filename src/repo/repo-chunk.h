@@ -56,6 +56,56 @@ extern int repo_chunk_encode (const struct repo_keys *k,
                               const void *plain, size_t len, int zstd_level,
                               void **out, size_t *out_len);
 
+/* The most bytes a chunk object of len plain bytes can take. */
+extern size_t repo_chunk_object_bound (size_t len, int zstd_level);
+
+/* struct iovec (<sys/uio.h>) and zstd's contexts, by name only. */
+struct iovec;
+struct ZSTD_CCtx_s;
+struct ZSTD_DCtx_s;
+
+/* As repo_chunk_encode, without a copy or an allocation: the object is
+ * iov[0] (its header, in obj) then iov[1] (its payload: in obj, or plain
+ * itself when it is stored as it is).  obj holds cap bytes: at least
+ * repo_chunk_object_bound, or with neither zstd nor encryption only
+ * REPO_CHUNK_HEADER_LEN.  cctx, if not NULL, is the calling thread's
+ * (ZSTD_compress makes and frees a context each call).
+ */
+extern int repo_chunk_encode_iov (const struct repo_keys *k,
+                                  const unsigned char id[REPO_DIGEST_LEN],
+                                  const void *plain, size_t len,
+                                  int zstd_level, struct ZSTD_CCtx_s *cctx,
+                                  void *obj, size_t cap,
+                                  struct iovec iov[2]);
+
+/* Is the object whose header this is stored as it is (the payload is
+ * the plain data)?  A header that is not a chunk's says false.
+ */
+extern bool repo_chunk_stored_as_is
+  (const unsigned char hdr[REPO_CHUNK_HEADER_LEN]);
+
+/* Check a chunk stored as it is whose payload was read straight into
+ * buf (obj_len the whole object's length, hdr its header): as
+ * repo_chunk_decode, without a copy.
+ */
+extern int repo_chunk_check_stored (const struct repo_keys *k,
+                                    const unsigned char id[REPO_DIGEST_LEN],
+                                    const unsigned char
+                                    hdr[REPO_CHUNK_HEADER_LEN],
+                                    size_t obj_len, void *buf, size_t cap,
+                                    size_t *plain_len, const char *what);
+
+/* As repo_chunk_decode, decrypting in place in obj (which it changes)
+ * and with the calling thread's dctx if not NULL.
+ */
+extern int repo_chunk_decode_inplace (const struct repo_keys *k,
+                                      const unsigned char
+                                      id[REPO_DIGEST_LEN],
+                                      void *obj, size_t obj_len,
+                                      void *buf, size_t cap,
+                                      struct ZSTD_DCtx_s *dctx,
+                                      size_t *plain_len, const char *what);
+
 /* The plain data of a chunk object into buf (of cap bytes; the rest of
  * buf is zeroed), checked: decrypted and authenticated, decompressed,
  * its id computed again and compared.  -EIO with the error recorded

@@ -4,12 +4,29 @@
 #ifndef SNAPFG_REPO_PRIVATE_H
 #define SNAPFG_REPO_PRIVATE_H
 
+#include <pthread.h>
+
 #include <jansson.h>
 
 #include "repo-chunk.h"
 #include "repo-store.h"
 
+/* A thread's working memory for one chunk (repo.c): taken from the
+ * repository's free list and given back, so that a run allocates (and
+ * faults in) a chunk object's buffer and zstd's contexts once per
+ * thread, not once per chunk.
+ */
+struct repo_scratch {
+  struct repo_scratch *next;
+  unsigned char *obj;           /* a whole chunk object (big_alloc) */
+  size_t cap;
+  struct ZSTD_CCtx_s *cctx;
+  struct ZSTD_DCtx_s *dctx;
+};
+
 struct repo {
+  pthread_mutex_t scratch_lock; /* protects scratch */
+  struct repo_scratch *scratch; /* free ones */
   char *location;
   struct repo_store *store;
   json_t *config;

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <dirent.h>
 #include <limits.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@
 #include <time.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include "cleanup.h"
 #include "file-create.h"
@@ -146,12 +148,47 @@ parent_of (const char *key, char *dir, size_t len)
   dir[n] = '\0';
 }
 
-/* Write buf into a new temporary file beside key (in parent), its name
+/* writev(2) of every byte of iov (at most IOV_PIECES pieces). */
+#define IOV_PIECES 4
+static int
+full_writev (int fd, const struct iovec *iov, int iovcnt)
+{
+  struct iovec v[IOV_PIECES];
+  int i = 0;
+
+  if (iovcnt > IOV_PIECES) {
+    errno = EINVAL;
+    return -1;
+  }
+  memcpy (v, iov, iovcnt * sizeof *v);
+  while (i < iovcnt) {
+    ssize_t n = writev (fd, v + i, iovcnt - i);
+
+    if (n == -1 && errno == EINTR)
+      continue;
+    if (n == -1)
+      return -1;
+    if (n == 0) {
+      errno = EIO;
+      return -1;
+    }
+    /* A short write: on from where it stopped. */
+    while (i < iovcnt && (size_t) n >= v[i].iov_len)
+      n -= v[i++].iov_len;
+    if (i < iovcnt) {
+      v[i].iov_base = (char *) v[i].iov_base + n;
+      v[i].iov_len -= n;
+    }
+  }
+  return 0;
+}
+
+/* Write iov into a new temporary file beside key (in parent), its name
  * into tmp: synced, or with its writeback only started.
  */
 static int
 write_temporary (struct repo_store *s, const char *key, const char *parent,
-                 const void *buf, size_t len, bool sync, char *tmp,
+                 const struct iovec *iov, int iovcnt, bool sync, char *tmp,
                  size_t tmp_len)
 {
   unsigned char rnd[8];
@@ -176,7 +213,7 @@ write_temporary (struct repo_store *s, const char *key, const char *parent,
   }
   if (fd < 0)
     return io_error (s, tmp, "create", -fd);
-  if (full_write (fd, buf, len) == -1 ||
+  if (full_writev (fd, iov, iovcnt) == -1 ||
       (sync ? fsync (fd)
        : sync_file_range (fd, 0, 0, SYNC_FILE_RANGE_WRITE)) == -1) {
     int e = errno;
@@ -200,8 +237,10 @@ dir_put (struct repo_store *s, const char *key, const void *buf, size_t len,
   if ((r = make_parents (s, key, true)) < 0)
     return r;
   parent_of (key, parent, sizeof parent);
-  if ((r = write_temporary (s, key, parent, buf, len, true, tmp,
-                            sizeof tmp)) < 0)
+  if ((r = write_temporary (s, key, parent,
+                            &(struct iovec) { .iov_base = (void *) buf,
+                                              .iov_len = len }, 1,
+                            true, tmp, sizeof tmp)) < 0)
     return r;
 
   if (if_absent) {
@@ -221,15 +260,13 @@ dir_put (struct repo_store *s, const char *key, const void *buf, size_t len,
   return 0;
 }
 
+/* Open key for reading: a regular file, its size in *size. */
 static int
-dir_get (struct repo_store *s, const char *key, void **bufp, size_t *lenp)
+open_object (struct repo_store *s, const char *key, uint64_t *size)
 {
-  CLEANUP_CLOSE int fd = -1;
   struct stat st;
-  char *buf;
+  int fd;
 
-  *bufp = NULL;
-  *lenp = 0;
   if (!repo_key_is_valid (key))
     return bad_key (s, key);
   fd = openat (dir_fd (s), key, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -239,22 +276,94 @@ dir_get (struct repo_store *s, const char *key, void **bufp, size_t *lenp)
                                key);
     return io_error (s, key, "open", errno);
   }
-  if (fstat (fd, &st) == -1)
-    return io_error (s, key, "fstat", errno);
-  if (!S_ISREG (st.st_mode))
+  if (fstat (fd, &st) == -1) {
+    int e = errno;
+    close (fd);
+    return io_error (s, key, "fstat", e);
+  }
+  if (!S_ISREG (st.st_mode)) {
+    close (fd);
     return snapfg_set_error (EINVAL, "%s/%s: not a regular file: not an "
                              "object of a repository", s->location, key);
-  buf = malloc (st.st_size ? st.st_size : 1);
+  }
+  *size = st.st_size;
+  return fd;
+}
+
+static int
+dir_get (struct repo_store *s, const char *key, void **bufp, size_t *lenp)
+{
+  CLEANUP_CLOSE int fd = -1;
+  uint64_t size;
+  char *buf;
+  int r;
+
+  *bufp = NULL;
+  *lenp = 0;
+  if ((r = open_object (s, key, &size)) < 0)
+    return r;
+  fd = r;
+  buf = malloc (size ? size : 1);
   if (buf == NULL)
     return io_error (s, key, "malloc", ENOMEM);
-  if (full_read (fd, buf, st.st_size) == -1) {
+  if (full_read (fd, buf, size) == -1) {
     int e = errno ? errno : EIO;
     free (buf);
     return io_error (s, key, "read (the object is shorter than its size; "
                      "changed while read?)", e);
   }
   *bufp = buf;
-  *lenp = st.st_size;
+  *lenp = size;
+  return 0;
+}
+
+static int
+dir_get_iov (struct repo_store *s, const char *key, const struct iovec *iov,
+             int iovcnt, size_t *lenp)
+{
+  CLEANUP_CLOSE int fd = -1;
+  uint64_t size, room = 0;
+  struct iovec v[IOV_PIECES];
+  int i = 0, r;
+
+  *lenp = 0;
+  if ((r = open_object (s, key, &size)) < 0)
+    return r;
+  fd = r;
+  if (iovcnt > IOV_PIECES)
+    return snapfg_set_error (EINVAL, "%s/%s: internal error: %d buffers",
+                             s->location, key, iovcnt);
+  for (int j = 0; j < iovcnt; ++j)
+    room += iov[j].iov_len;
+  if (size > room)
+    return snapfg_set_error (EFBIG, "%s/%s: %" PRIu64 " bytes, more than "
+                             "an object of its kind can be (%" PRIu64 ")",
+                             s->location, key, size, room);
+  /* Only the object's bytes: the last pieces may be partly unused. */
+  memcpy (v, iov, iovcnt * sizeof *v);
+  for (uint64_t left = size; i < iovcnt; ++i) {
+    if (v[i].iov_len > left)
+      v[i].iov_len = left;
+    left -= v[i].iov_len;
+  }
+  while (iovcnt > 0 && v[iovcnt - 1].iov_len == 0)
+    iovcnt--;
+  for (i = 0; i < iovcnt; ) {
+    ssize_t n = readv (fd, v + i, iovcnt - i);
+
+    if (n == -1 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return io_error (s, key, "read (the object is shorter than its size; "
+                       "changed while read?)", n == 0 ? EIO : errno);
+    while (i < iovcnt && (size_t) n >= v[i].iov_len)
+      n -= v[i++].iov_len;
+    if (i < iovcnt) {
+      v[i].iov_base = (char *) v[i].iov_base + n;
+      v[i].iov_len -= n;
+    }
+  }
+  *lenp = size;
   return 0;
 }
 
@@ -401,8 +510,8 @@ is_pending (struct dir_store *ds, const char *key)
 }
 
 static int
-dir_put_unsynced (struct repo_store *s, const char *key, const void *buf,
-                  size_t len)
+dir_put_unsynced (struct repo_store *s, const char *key,
+                  const struct iovec *iov, int iovcnt)
 {
   struct dir_store *ds = (struct dir_store *) s;
   char tmp[PATH_MAX + 32], parent[PATH_MAX];
@@ -441,7 +550,8 @@ dir_put_unsynced (struct repo_store *s, const char *key, const void *buf,
 
   parent_of (key, parent, sizeof parent);
   if ((r = make_parents (s, key, false)) == 0)
-    r = write_temporary (s, key, parent, buf, len, false, tmp, sizeof tmp);
+    r = write_temporary (s, key, parent, iov, iovcnt, false, tmp,
+                         sizeof tmp);
   pthread_mutex_lock (&ds->lock);
   for (size_t i = 0; i < ds->npending; ++i)
     if (strcmp (ds->pending[i].key, key) == 0) {
@@ -583,6 +693,7 @@ static const struct repo_store_ops dir_ops = {
   .put_unsynced = dir_put_unsynced,
   .sync = dir_sync,
   .clean_partial = dir_clean_partial,
+  .get_iov = dir_get_iov,
 };
 
 int

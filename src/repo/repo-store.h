@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 struct repo_store;
 
@@ -75,7 +76,9 @@ struct repo_store_ops {
    * returns, as S3's is once acknowledged): a batch of puts made durable
    * by one sync instead of one each.
    *
-   * put_unsynced: like put with if_absent, but neither durable nor
+   * put_unsynced: like put with if_absent (of the iovcnt pieces of iov
+   * one after another: a chunk's header and its data, not copied into
+   * one buffer first), but neither durable nor
    * visible under its name until the next sync: a reader, head or touch
    * does not see it before.  -EEXIST if the key exists already or is
    * pending in this batch.  A crash before the sync leaves no object
@@ -91,10 +94,17 @@ struct repo_store_ops {
    * would be, with dry_run).
    */
   int (*put_unsynced) (struct repo_store *s, const char *key,
-                       const void *buf, size_t len);
+                       const struct iovec *iov, int iovcnt);
   int (*sync) (struct repo_store *s);
   int (*clean_partial) (struct repo_store *s, int64_t older_than,
                         bool dry_run, uint64_t *count);
+
+  /* Optional: like get, into the caller's buffers (the pieces of iov
+   * filled one after another, no allocation), *len the object's size;
+   * -EFBIG if it is larger than they are (reported).
+   */
+  int (*get_iov) (struct repo_store *s, const char *key,
+                  const struct iovec *iov, int iovcnt, size_t *len);
 };
 
 struct repo_store {

@@ -17,10 +17,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <gnutls/gnutls.h>
 #include <gnutls/crypto.h>
+#include <zstd.h>
 
+#include "big-buffer.h"
 #include "cleanup.h"
 #include "full-io.h"
 #include "random-uuid.h"
@@ -349,6 +352,7 @@ repo_open (const char *location, const struct repo_s3_options *s3,
     free (r);
     return snapfg_set_error (ENOMEM, "out of memory");
   }
+  pthread_mutex_init (&r->scratch_lock, NULL);
   if ((ret = repo_store_open (location, s3, false, &r->store)) < 0)
     goto fail;
   ret = r->store->ops->get (r->store, REPO_CONFIG_KEY, &buf, &len);
@@ -401,6 +405,15 @@ repo_close (struct repo *r)
     return;
   if (r->store)
     r->store->ops->close (r->store);
+  while (r->scratch) {
+    struct repo_scratch *sc = r->scratch;
+    r->scratch = sc->next;
+    big_free (sc->obj, sc->cap);
+    ZSTD_freeCCtx (sc->cctx);
+    ZSTD_freeDCtx (sc->dctx);
+    free (sc);
+  }
+  pthread_mutex_destroy (&r->scratch_lock);
   json_decref (r->config);
   gnutls_memset (&r->keys, 0, sizeof r->keys);
   free (r->location);
@@ -442,20 +455,102 @@ need_key (struct repo *r)
                            "its key with --key-file FILE", r->location);
 }
 
+/* A scratch of the repository's free list, or a new one (its buffer
+ * made when first needed); NULL when out of memory.
+ */
+static struct repo_scratch *
+scratch_get (struct repo *r)
+{
+  struct repo_scratch *sc;
+
+  pthread_mutex_lock (&r->scratch_lock);
+  sc = r->scratch;
+  if (sc)
+    r->scratch = sc->next;
+  pthread_mutex_unlock (&r->scratch_lock);
+  return sc ? sc : calloc (1, sizeof *sc);
+}
+
+static void
+scratch_put (struct repo *r, struct repo_scratch *sc)
+{
+  pthread_mutex_lock (&r->scratch_lock);
+  sc->next = r->scratch;
+  r->scratch = sc;
+  pthread_mutex_unlock (&r->scratch_lock);
+}
+
+/* Its object buffer, room for any chunk of the repository (compressed
+ * or not, encrypted or not).
+ */
+static int
+scratch_obj (struct repo *r, struct repo_scratch *sc)
+{
+  if (sc->obj == NULL) {
+    sc->cap = repo_chunk_object_bound (r->chunk_size, 1);
+    if ((sc->obj = big_alloc (sc->cap)) == NULL)
+      return snapfg_set_error (ENOMEM, "out of memory for a chunk");
+  }
+  return 0;
+}
+
+/* The object of chunk id, encoded (iov: header, payload), then put in
+ * the store's batch, or stored at once.
+ */
+static int
+encode_and_put (struct repo *r, struct repo_scratch *sc,
+                const unsigned char id[REPO_DIGEST_LEN], const char *key,
+                const void *plain, size_t len, int zstd_level, bool replace,
+                size_t *obj_len)
+{
+  struct repo_store *s = r->store;
+  bool batch = !replace && s->ops->put_unsynced && s->ops->sync;
+  unsigned char head[REPO_CHUNK_HEADER_LEN];
+  struct iovec iov[2];
+  int ret;
+
+  /* Stored as it is into the batch, the data goes from the caller's
+   * buffer to the file: no object is built.
+   */
+  if (!batch || zstd_level > 0 || r->keys.encrypted) {
+    if ((ret = scratch_obj (r, sc)) < 0)
+      return ret;
+    if (zstd_level > 0 && sc->cctx == NULL &&
+        (sc->cctx = ZSTD_createCCtx ()) == NULL)
+      return snapfg_set_error (ENOMEM, "out of memory for zstd");
+  }
+  ret = repo_chunk_encode_iov (&r->keys, id, plain, len, zstd_level,
+                               sc->cctx, sc->obj ? sc->obj : head,
+                               sc->obj ? sc->cap : sizeof head, iov);
+  if (ret < 0)
+    return ret;
+  *obj_len = iov[0].iov_len + iov[1].iov_len;
+  if (batch)
+    return s->ops->put_unsynced (s, key, iov, 2);
+  /* One buffer for put: the payload after the header, if not there. */
+  if (iov[1].iov_base != sc->obj + iov[0].iov_len)
+    memcpy (sc->obj + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
+  return s->ops->put (s, key, sc->obj, *obj_len, !replace);
+}
+
 int
 repo_put_chunk (struct repo *r, const unsigned char id[REPO_DIGEST_LEN],
                 const void *plain, size_t len, int zstd_level, bool replace,
                 uint64_t *stored)
 {
   struct repo_store *s = r->store;
+  struct repo_scratch *sc;
   char key[REPO_CHUNK_KEY_LEN];
-  void *obj;
-  size_t obj_len;
+  size_t obj_len = 0;
   int ret;
 
   *stored = 0;
   if (!repo_has_key (r))
     return need_key (r);
+  if (len > r->chunk_size)
+    return snapfg_set_error (EINVAL, "internal error: a chunk of %zu bytes "
+                             "in a repository of %u-byte chunks", len,
+                             r->chunk_size);
   repo_chunk_key (id, key);
   if (!replace) {
     /* There already (another run, another disk): touched, so that a gc
@@ -467,17 +562,14 @@ repo_put_chunk (struct repo *r, const unsigned char id[REPO_DIGEST_LEN],
     if (ret != -ENOENT)
       return ret;
   }
-  if ((ret = repo_chunk_encode (&r->keys, id, plain, len, zstd_level,
-                                &obj, &obj_len)) < 0)
-    return ret;
   /* A new chunk goes into the store's batch when it has one: durable and
    * named at repo_sync, before the index that references it.
    */
-  if (!replace && s->ops->put_unsynced && s->ops->sync)
-    ret = s->ops->put_unsynced (s, key, obj, obj_len);
-  else
-    ret = s->ops->put (s, key, obj, obj_len, !replace);
-  free (obj);
+  if ((sc = scratch_get (r)) == NULL)
+    return snapfg_set_error (ENOMEM, "out of memory for a chunk");
+  ret = encode_and_put (r, sc, id, key, plain, len, zstd_level, replace,
+                        &obj_len);
+  scratch_put (r, sc);
   if (ret == -EEXIST) {
     /* Another writer stored it meanwhile, or another thread of this run
      * has it in the batch (not named yet: nothing to touch).
@@ -499,28 +591,113 @@ repo_sync (struct repo *r)
   return s->ops->sync ? s->ops->sync (s) : 0;
 }
 
+/* Read chunk key of an unencrypted repository with the store's get_iov:
+ * the header apart and the payload straight into buf, so that a chunk
+ * stored as it is (no zstd) is checked where it lies, not copied.  Any
+ * other object is put together in the scratch buffer and decoded.
+ */
+static int
+read_split (struct repo *r, struct repo_scratch *sc,
+            const unsigned char id[REPO_DIGEST_LEN], const char *key,
+            void *buf, const char *what)
+{
+  struct repo_store *s = r->store;
+  unsigned char head[REPO_CHUNK_HEADER_LEN];
+  size_t cs = r->chunk_size, len, plain_len, in_buf, rest;
+  struct iovec iov[3] = {
+    { .iov_base = head, .iov_len = sizeof head },
+    { .iov_base = buf, .iov_len = cs },
+    { .iov_base = sc->obj, .iov_len = sc->cap - sizeof head - cs },
+  };
+  int ret = s->ops->get_iov (s, key, iov, 3, &len);
+
+  if (ret < 0)
+    return ret;
+  if (len >= sizeof head && repo_chunk_stored_as_is (head))
+    return repo_chunk_check_stored (&r->keys, id, head, len, buf, cs,
+                                    &plain_len, what);
+  /* Header, buf's part, the rest (only when buf's part is all of buf):
+   * one object in sc->obj.
+   */
+  in_buf = len > sizeof head ? len - sizeof head : 0;
+  if (in_buf > cs)
+    in_buf = cs;
+  rest = len - (len < sizeof head ? len : sizeof head) - in_buf;
+  memmove (sc->obj + sizeof head + cs, sc->obj, rest);
+  memcpy (sc->obj, head, len < sizeof head ? len : sizeof head);
+  memcpy (sc->obj + sizeof head, buf, in_buf);
+  return repo_chunk_decode_inplace (&r->keys, id, sc->obj, len, buf, cs,
+                                    sc->dctx, &plain_len, what);
+}
+
+/* Read chunk key whole into the scratch buffer, then decode it. */
+static int
+read_whole (struct repo *r, struct repo_scratch *sc,
+            const unsigned char id[REPO_DIGEST_LEN], const char *key,
+            void *buf, const char *what)
+{
+  struct repo_store *s = r->store;
+  size_t len, plain_len;
+  int ret = s->ops->get_iov (s, key,
+                             &(struct iovec) { .iov_base = sc->obj,
+                                               .iov_len = sc->cap },
+                             1, &len);
+
+  if (ret < 0)
+    return ret;
+  return repo_chunk_decode_inplace (&r->keys, id, sc->obj, len, buf,
+                                    r->chunk_size, sc->dctx, &plain_len,
+                                    what);
+}
+
+/* Read chunk key with the store's get (a buffer of its own). */
+static int
+read_get (struct repo *r, struct repo_scratch *sc,
+          const unsigned char id[REPO_DIGEST_LEN], const char *key,
+          void *buf, const char *what)
+{
+  struct repo_store *s = r->store;
+  size_t len, plain_len;
+  void *obj;
+  int ret = s->ops->get (s, key, &obj, &len);
+
+  if (ret < 0)
+    return ret;
+  ret = repo_chunk_decode_inplace (&r->keys, id, obj, len, buf,
+                                   r->chunk_size, sc->dctx, &plain_len,
+                                   what);
+  free (obj);
+  return ret;
+}
+
 int
 repo_read_chunk_id (struct repo *r, const unsigned char id[REPO_DIGEST_LEN],
                     void *buf)
 {
   char key[REPO_CHUNK_KEY_LEN], what[REPO_CHUNK_KEY_LEN + PATH_MAX];
-  void *obj;
-  size_t len, plain_len;
+  struct repo_scratch *sc;
   int ret;
 
   if (!repo_has_key (r))
     return need_key (r);
   repo_chunk_key (id, key);
   snprintf (what, sizeof what, "%s/%s", r->location, key);
-  ret = r->store->ops->get (r->store, key, &obj, &len);
+  if ((sc = scratch_get (r)) == NULL)
+    return snapfg_set_error (ENOMEM, "%s: out of memory", what);
+  if (sc->dctx == NULL && (sc->dctx = ZSTD_createDCtx ()) == NULL)
+    ret = snapfg_set_error (ENOMEM, "%s: out of memory for zstd", what);
+  else if (r->store->ops->get_iov == NULL)
+    ret = read_get (r, sc, id, key, buf, what);
+  else if ((ret = scratch_obj (r, sc)) < 0)
+    ;
+  else if (!r->encrypted)
+    ret = read_split (r, sc, id, key, buf, what);
+  else
+    ret = read_whole (r, sc, id, key, buf, what);
+  scratch_put (r, sc);
   if (ret == -ENOENT)
     return snapfg_set_error (EIO, "%s: missing (removed or never stored)",
                              what);
-  if (ret < 0)
-    return ret;
-  ret = repo_chunk_decode (&r->keys, id, obj, len, buf, r->chunk_size,
-                           &plain_len, what);
-  free (obj);
   return ret;
 }
 
