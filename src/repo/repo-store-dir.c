@@ -221,6 +221,32 @@ dir_put (struct repo_store *s, const char *key, const void *buf, size_t len,
   return 0;
 }
 
+/* put with if_absent, without its two fsyncs (store.h, put_volatile):
+ * 1-6 ms on a quiet machine, up to 60 ms measured beside another
+ * writer, for a registration only a running process needs.
+ */
+static int
+dir_put_volatile (struct repo_store *s, const char *key, const void *buf,
+                  size_t len)
+{
+  char tmp[PATH_MAX + 32], parent[PATH_MAX];
+  int r;
+
+  if (!repo_key_is_valid (key))
+    return bad_key (s, key);
+  if ((r = make_parents (s, key, false)) < 0)
+    return r;
+  parent_of (key, parent, sizeof parent);
+  if ((r = write_temporary (s, key, parent, buf, len, false, tmp,
+                            sizeof tmp)) < 0)
+    return r;
+  r = linkat (dir_fd (s), tmp, dir_fd (s), key, 0) == -1 ? errno : 0;
+  unlinkat (dir_fd (s), tmp, 0);
+  if (r == EEXIST)
+    return -EEXIST;
+  return r ? io_error (s, key, "link", r) : 0;
+}
+
 static int
 dir_get (struct repo_store *s, const char *key, void **bufp, size_t *lenp)
 {
@@ -582,6 +608,7 @@ static const struct repo_store_ops dir_ops = {
   .close = dir_close,
   .put_unsynced = dir_put_unsynced,
   .sync = dir_sync,
+  .put_volatile = dir_put_volatile,
   .clean_partial = dir_clean_partial,
 };
 
