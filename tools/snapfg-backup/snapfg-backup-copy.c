@@ -37,7 +37,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 
 #include <gnutls/gnutls.h>
 #include <gnutls/crypto.h>
@@ -518,29 +517,6 @@ copier_fail (struct copier *c, const char *fmt, ...)
   c->failed = c->stopping = true;
 }
 
-/* A piece's buffer.  Of 2 MiB or more, it is aligned to 2 MiB and
- * asks for transparent huge pages: each 4 KiB page of a fresh buffer
- * otherwise costs a page fault when the first read lands in it (6,144
- * of them for an incremental of 6 chunks of 4 MiB, a fifth of its CPU
- * time on this VM), against 2 for a huge page of 2 MiB.  Only a hint:
- * without huge pages it is a plain buffer.  Freed with free ().
- */
-static void *
-piece_alloc (uint64_t len)
-{
-  const size_t huge = 2 << 20;
-  void *p;
-
-  if (len < huge)
-    return malloc (len);
-  if (posix_memalign (&p, huge, (len + huge - 1) / huge * huge) != 0)
-    return NULL;
-#ifdef MADV_HUGEPAGE
-  madvise (p, (len + huge - 1) / huge * huge, MADV_HUGEPAGE);
-#endif
-  return p;
-}
-
 /* Sizes, buffers and connections; -1 with the reason in err. */
 static int
 copier_start (struct copier *c)
@@ -570,7 +546,7 @@ copier_start (struct copier *c)
   tool_progress_start (&c->prog, job->what);
   memset (c->slots, 0, MAX_SLOTS * sizeof *c->slots);
   for (int i = 0; i < c->nslots; ++i) {
-    c->slots[i].buf = piece_alloc (c->piece);
+    c->slots[i].buf = malloc (c->piece);
     if (c->slots[i].buf == NULL) {
       snprintf (c->err, c->err_len, "out of memory (%d buffers of %" PRIu64
                 " bytes)", c->nslots, c->piece);
