@@ -14,7 +14,9 @@
  *   5. the copy (the existing engine, snapfg-backup-copy.c): each chunk
  *      hashed, and unless stored already compressed, encrypted and
  *      stored, by several threads;
- *   6. the chunks the run stored made durable and named in one pass
+ *   6. the snapshot's drop asked for (its reply read after the index,
+ *      so that the server's drop and the sync overlap); the chunks the
+ *      run stored made durable and named in one pass
  *      (repo_sync: one syncfs for the directory back end, not an fsync
  *      each), every chunk the run references checked to exist, then the
  *      index written, last, with put if_absent (its number);
