@@ -47,7 +47,13 @@
 #include <strings.h>
 #include <time.h>
 
+/* libcurl's calls go through repo-curl.h's table (loaded on first use):
+ * its type-checking macros would stand in the way of the table's.
+ */
+#define CURL_DISABLE_TYPECHECK 1
+#define REPO_CURL_CALLS 1
 #include <curl/curl.h>
+#include "repo-curl.h"
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 
@@ -87,6 +93,7 @@ struct s3_store {
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_result;
+static char curl_load_error[512];   /* libcurl could not be loaded */
 
 /* SNAPFG_S3_TRACE=1: one line on stderr per request (method, key,
  * status, bytes, time), for finding out what a command asks of a store.
@@ -99,6 +106,10 @@ curl_init_once (void)
   const char *t = getenv ("SNAPFG_S3_TRACE");
 
   s3_trace = t && *t && strcmp (t, "0") != 0;
+  if (repo_curl_load (curl_load_error, sizeof curl_load_error) == -1) {
+    curl_init_result = CURLE_FAILED_INIT;
+    return;
+  }
   curl_init_result = curl_global_init (CURL_GLOBAL_DEFAULT);
 }
 
@@ -1073,6 +1084,8 @@ repo_store_s3_open (const char *url, const struct repo_s3_options *o,
 
   *out = NULL;
   pthread_once (&curl_once, curl_init_once);
+  if (curl_load_error[0])
+    return snapfg_set_error (EIO, "%s: %s", url, curl_load_error);
   if (curl_init_result != CURLE_OK)
     return snapfg_set_error (EIO, "%s: libcurl failed to initialise: %s",
                              url, curl_easy_strerror (curl_init_result));

@@ -50,6 +50,15 @@ struct repo_store_ops {
   int (*put) (struct repo_store *s, const char *key,
               const void *buf, size_t len, bool if_absent);
 
+  /* Optional (NULL: put): like put with if_absent, visible to every
+   * other user of the store when it returns, but not made durable: for
+   * an object that matters only while the process that put it runs (a
+   * writer's registration), which a crash of the machine ends anyway.  A
+   * crash may leave it missing, empty or whole, never under a wrong name.
+   */
+  int (*put_volatile) (struct repo_store *s, const char *key,
+                       const void *buf, size_t len);
+
   /* The whole object, in a malloc'd buffer the caller frees; -ENOENT if
    * there is none.
    */

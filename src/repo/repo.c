@@ -771,7 +771,12 @@ repo_writer_start (struct repo *r, const char *disk, struct repo_writer **wp)
     free (w);
     return snapfg_set_error (ENOMEM, "out of memory");
   }
-  ret = r->store->ops->put (r->store, w->key, text, strlen (text), true);
+  /* Visible to gc at once is all a registration needs: a crash that
+   * could lose it ends the run too (repo-store.h, put_volatile).
+   */
+  ret = r->store->ops->put_volatile
+    ? r->store->ops->put_volatile (r->store, w->key, text, strlen (text))
+    : r->store->ops->put (r->store, w->key, text, strlen (text), true);
   free (text);
   if (ret < 0) {
     free (w);

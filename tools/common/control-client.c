@@ -225,11 +225,31 @@ send_all (struct control_client *c, const char *p, size_t len)
   return 0;
 }
 
-json_t *
-control_client_call (struct control_client *c, json_t *req, char **line)
+int
+control_client_send (struct control_client *c, json_t *req)
 {
   CLEANUP_FREE char *text = NULL;
-  const char *cmd = json_string_value (json_object_get (req, "cmd"));
+  size_t len;
+
+  if (c->rfd < 0) {
+    if (c->result == CONTROL_REPLIED)
+      SAY (c, CONTROL_UNREACHABLE, "not connected");
+    return -1;
+  }
+  text = json_dumps (req, JSON_COMPACT);
+  if (text == NULL) {
+    SAY (c, CONTROL_BAD_REPLY, "out of memory");
+    return -1;
+  }
+  len = strlen (text);
+  text[len] = '\n';             /* json_dumps's NUL becomes the newline */
+  return send_all (c, text, len + 1);
+}
+
+json_t *
+control_client_receive (struct control_client *c, const char *cmd,
+                        char **line)
+{
   size_t len;
   char *nl;
   json_error_t jerr;
@@ -242,16 +262,6 @@ control_client_call (struct control_client *c, json_t *req, char **line)
       SAY (c, CONTROL_UNREACHABLE, "not connected");
     return NULL;
   }
-  text = json_dumps (req, JSON_COMPACT);
-  if (text == NULL) {
-    SAY (c, CONTROL_BAD_REPLY, "out of memory");
-    return NULL;
-  }
-  len = strlen (text);
-  text[len] = '\n';             /* json_dumps's NUL becomes the newline */
-  if (send_all (c, text, len + 1) == -1)
-    return NULL;
-
   while ((nl = c->buf.len ? memchr (c->buf.ptr, '\n', c->buf.len) : NULL)
          == NULL) {
     ssize_t n;
@@ -296,6 +306,17 @@ control_client_call (struct control_client *c, json_t *req, char **line)
   c->buf.len -= len + 1;
   c->result = CONTROL_REPLIED;
   return reply;
+}
+
+json_t *
+control_client_call (struct control_client *c, json_t *req, char **line)
+{
+  if (line)
+    *line = NULL;
+  if (control_client_send (c, req) == -1)
+    return NULL;
+  return control_client_receive (c, json_string_value (json_object_get
+                                                       (req, "cmd")), line);
 }
 
 const char *

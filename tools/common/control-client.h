@@ -68,6 +68,15 @@ extern void control_client_close (struct control_client *c);
  */
 extern json_t *control_client_call (struct control_client *c, json_t *req,
                                     char **line);
+/* control_client_call in two halves, so that the caller can work while
+ * the server does (a request's reply is read before the next request is
+ * sent: the server answers in order).  Send REQ (not consumed): 0, or -1
+ * with c->result and c->error set.  Then read the reply to the request
+ * CMD names (for messages), as control_client_call returns it.
+ */
+extern int control_client_send (struct control_client *c, json_t *req);
+extern json_t *control_client_receive (struct control_client *c,
+                                       const char *cmd, char **line);
 /* A refusal's message. */
 extern const char *control_reply_error (json_t *reply);
 /* The tool exit status (tool-exit.h) for a call that got no reply. */

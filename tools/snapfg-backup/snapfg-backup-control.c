@@ -17,12 +17,25 @@
 
 #include "snapfg-backup.h"
 
-json_t *
-control_call (const struct backup_options *o, json_t *req, char *err,
+int
+control_send (const struct backup_options *o, json_t *req, char *err,
               size_t err_len)
 {
   struct control_client *c = &o->session->ctl;
-  json_t *reply = control_client_call (c, req, NULL);
+
+  if (control_client_send (c, req) == -1) {
+    snprintf (err, err_len, "%s", c->error);
+    return -1;
+  }
+  return 0;
+}
+
+json_t *
+control_receive (const struct backup_options *o, const char *cmd, char *err,
+                 size_t err_len)
+{
+  struct control_client *c = &o->session->ctl;
+  json_t *reply = control_client_receive (c, cmd, NULL);
 
   if (reply == NULL) {
     snprintf (err, err_len, "%s", c->error);
@@ -34,6 +47,16 @@ control_call (const struct backup_options *o, json_t *req, char *err,
     return NULL;
   }
   return reply;
+}
+
+json_t *
+control_call (const struct backup_options *o, json_t *req, char *err,
+              size_t err_len)
+{
+  if (control_send (o, req, err, err_len) == -1)
+    return NULL;
+  return control_receive (o, json_string_value (json_object_get (req, "cmd")),
+                          err, err_len);
 }
 
 int

@@ -346,6 +346,16 @@ extern void ssh_master_stop (struct ssh_master *m);
  */
 extern json_t *control_call (const struct backup_options *o, json_t *req,
                              char *err, size_t err_len);
+/* control_call in two halves: the server works on REQ while the caller
+ * does something else.  control_send returns 0, or -1 with what went
+ * wrong in err; control_receive then reads the reply to the request CMD
+ * names, as control_call returns it.  No other request may be sent
+ * between the two.
+ */
+extern int control_send (const struct backup_options *o, json_t *req,
+                         char *err, size_t err_len);
+extern json_t *control_receive (const struct backup_options *o,
+                                const char *cmd, char *err, size_t err_len);
 /* The exit status for the last control_call that failed: unreachable,
  * timed out, or refused (EXIT_FAILED).
  */
