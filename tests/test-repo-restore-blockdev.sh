@@ -22,12 +22,16 @@ zero_8m_at_4m() {
 repo_server a $((24 * MIB)) zero_8m_at_4m
 repo=$(repo_loc blockdev)
 
-loop_setup() {   # FILE -> the device's name, or skip
-    local dev
-    dev=$(losetup --find --show "$1" 2>"$tmpdir/losetup.err") ||
+# loop_setup VAR FILE: a loop device on FILE, its name in VAR, detached
+# when the test exits (or skip).  Not called in $(...): the exit handler
+# must be registered in this shell, not in a subshell that ends at once
+# (it was, and every run left its loop device attached).
+loop_setup() {
+    local _loop
+    _loop=$(losetup --find --show "$2" 2>"$tmpdir/losetup.err") ||
         skip "no loop device: $(cat "$tmpdir/losetup.err")"
-    on_exit "losetup -d $dev 2>/dev/null || true"
-    echo "$dev"
+    on_exit "losetup -d $_loop 2>/dev/null || true"
+    printf -v "$1" '%s' "$_loop"
 }
 
 rb init "$repo" || fail "init: $(cat "$tmpdir/rb.log")"
@@ -38,7 +42,7 @@ rb_run "$repo" d a 2
 # The backing file of the device: junk everywhere, so that a chunk the
 # restore skipped shows.
 head -c $((24 * MIB)) /dev/urandom >"$tmpdir/dev.img"
-dev=$(loop_setup "$tmpdir/dev.img")
+loop_setup dev "$tmpdir/dev.img"
 for n in 1 2; do
     if rb restore "$repo" "$dev" --disk d --at "$n"; then
         if cmp "$dev" "$tmpdir/expect-d-$n.img"; then
@@ -54,7 +58,7 @@ done
 # A device smaller than the disk: refused, untouched.
 head -c $((8 * MIB)) /dev/urandom >"$tmpdir/small.img"
 cp "$tmpdir/small.img" "$tmpdir/small.orig"
-small=$(loop_setup "$tmpdir/small.img")
+loop_setup small "$tmpdir/small.img"
 st=0; rb restore "$repo" "$small" --disk d || st=$?
 [ "$st" -ne 0 ] && grep -q "smaller than the disk" "$tmpdir/rb.log" &&
     info "ok: a device smaller than the disk is refused" ||
