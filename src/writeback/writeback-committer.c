@@ -190,6 +190,19 @@ apply_data (struct writeback *wb, struct held_write *h,
   return 0;
 }
 
+/* The test hook's failed origin write (SNAPFG_TEST_FAIL_AT=held-apply),
+ * logged as origin_apply_change logs a real one.
+ */
+static int
+held_apply_failed (struct snapfg_engine *e, const struct held_write *h)
+{
+  snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
+                " failed: %s (test hook)", e->origin.path,
+                origin_op_name (h->op), h->count, h->offset,
+                strerror (EIO));
+  return -EIO;
+}
+
 static struct held_write *
 apply_batch (struct writeback *wb, struct held_write *h,
              struct held_write *last)
@@ -209,8 +222,8 @@ apply_batch (struct writeback *wb, struct held_write *h,
       atomic_fetch_add (&wb->origin_errors, 1);
     }
     else if (state == HELD_READY) {
-      int r = h->data_extent
-        ? apply_data (wb, h, last, APPLY_BATCH - n, &win)
+      int r = engine_fail_point (e, FAIL_HELD_APPLY) ? held_apply_failed (e, h)
+        : h->data_extent ? apply_data (wb, h, last, APPLY_BATCH - n, &win)
         : origin_apply_change (e, h->op, NULL, h->count, h->offset,
                                h->flags);
       if (r < 0)
