@@ -41,7 +41,11 @@
 #
 # SNAPFG_TEST_SEED repeats a run; SNAPFG_POWERCUT_ROUNDS=N runs each
 # configuration N times, each with its own seed (default 1; 4 under make
-# check-soak).
+# check-soak).  To chase a failure: SNAPFG_POWERCUT_WRITEBACK=on (or off)
+# runs only those rounds, and SNAPFG_POWERCUT_FLUSH_EVERY=N flushes every
+# N writes instead of 16 (more flushes in flight when the power goes).
+# Rounds are numbered, and seeded, in the order they run: with
+# SNAPFG_POWERCUT_WRITEBACK=on and one round each, as in a full run.
 set -euo pipefail
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/powercut-functions.sh"
@@ -66,6 +70,15 @@ oimg="$tmpdir/origin.img"
 cimg="$tmpdir/cow.img"
 pristine="$tmpdir/pristine.img"
 repeat=${SNAPFG_POWERCUT_ROUNDS:-$(soak_or 1 4)}
+flush_every=${SNAPFG_POWERCUT_FLUSH_EVERY:-16}
+wbs=${SNAPFG_POWERCUT_WRITEBACK:-on off}
+case $wbs in
+    "on off" | on | off) ;;
+    *) fail "SNAPFG_POWERCUT_WRITEBACK=$wbs: expected on or off" ;;
+esac
+case $flush_every in
+    '' | *[!0-9]* | 0) fail "SNAPFG_POWERCUT_FLUSH_EVERY=$flush_every: expected a number of writes, 1 or more" ;;
+esac
 nround=0
 npassed=0
 
@@ -149,7 +162,7 @@ round() {
     fi
     after=$((20 + RANDOM % 180))
     pcio load "$(uri "$sock" origin)" --seed "$rseed" --log "$wlog" \
-        --max-len "$maxlen" --in-flight 8 --flush-every 16 \
+        --max-len "$maxlen" --in-flight 8 --flush-every "$flush_every" \
         --trigger "$trig" --trigger-after "$after" ||
         check_fail "$what: the writer failed"
     wait_cut "$rep"
@@ -287,7 +300,7 @@ restart_snapfg() {
 }
 
 for _ in $(seq "$repeat"); do
-    for wb in on off; do
+    for wb in $wbs; do
         round "writeback=$wb, 4K chunks, writes of one chunk" 4096 4096 "$wb" sync no
         round "writeback=$wb, 4K chunks, writes of up to 16 chunks" 4096 65536 "$wb" sync no
         round "writeback=$wb, 64K chunks, writes within one chunk" 65536 65536 "$wb" sync no

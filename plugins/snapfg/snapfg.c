@@ -270,12 +270,14 @@ plugin_cleanup (void)
 /* A connection's view: the origin, or one snapshot. */
 struct handle {
   struct snapfg_snapshot *snapshot;   /* NULL: the origin */
-  /* Held origin writes that failed after write-back acknowledged them,
-   * as this connection last reported them (from the count last reported
-   * to anyone when it opened): more since, and its next flush or FUA
-   * request fails with EIO.
+  /* Held origin writes that failed after write-back acknowledged them:
+   * the point up to which this connection has been told of them (from
+   * the point up to which anyone had been, when it opened).  A failure
+   * past what it had been told when a flush or FUA request began fails
+   * that request with EIO (engine.h).  Loaded and stored atomically:
+   * the connection's requests run in parallel.
    */
-  uint64_t writeback_errors_seen;
+  uint64_t writeback_told;
 };
 
 /* "snapfg snapshot of ORIGIN (STORE, chunk N, COW PATH): STATUS" */
@@ -347,7 +349,7 @@ plugin_open (int readonly)
       return NULL;
     }
   }
-  h->writeback_errors_seen = snapfg_writeback_errors_sample (engine);
+  h->writeback_told = snapfg_writeback_errors_sample (engine);
   snapfg_view_connection (engine, h->snapshot, 1);
   return h;
 }
@@ -455,15 +457,26 @@ result (int r)
   return 0;
 }
 
+/* What the connection had been told of failed held writes when a
+ * request began (taken before the engine is called).
+ */
+static uint64_t
+told_at_start (struct handle *h)
+{
+  return __atomic_load_n (&h->writeback_told, __ATOMIC_ACQUIRE);
+}
+
 /* A flush, or a request with FUA, succeeded (r == 0): it still fails if
- * a held origin write failed since this connection last heard of one
- * (docs/design.md section 6: never silent).
+ * a held origin write failed that this connection had not been told of
+ * when the request began, told0 (docs/design.md section 6: never
+ * silent, and never a success over a lost write for a request sent
+ * before the client could know).
  */
 static int
-durable_result (struct handle *h, int r, uint32_t flags)
+durable_result (struct handle *h, int r, uint32_t flags, uint64_t told0)
 {
   if (r == 0 && (flags & NBDKIT_FLAG_FUA))
-    r = snapfg_writeback_check (engine, &h->writeback_errors_seen);
+    r = snapfg_writeback_check (engine, &h->writeback_told, told0);
   return result (r);
 }
 
@@ -499,47 +512,52 @@ plugin_pwrite (void *handle, const void *buf, uint32_t count,
                uint64_t offset, uint32_t flags)
 {
   struct handle *h = handle;
+  uint64_t told0 = told_at_start (h);
 
   if (h->snapshot)
     return durable_result (h, snapfg_snapshot_pwrite (h->snapshot, buf,
                                                       count, offset,
                                                       request_flags (flags)),
-                           flags);
+                           flags, told0);
   return durable_result (h, snapfg_origin_pwrite (engine, buf, count, offset,
                                                   request_flags (flags)),
-                         flags);
+                         flags, told0);
 }
 
 static int
 plugin_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   struct handle *h = handle;
+  uint64_t told0 = told_at_start (h);
 
   if (h->snapshot)
     return durable_result (h, snapfg_snapshot_zero (h->snapshot, count,
                                                     offset,
                                                     request_flags (flags)),
-                           flags);
+                           flags, told0);
   return durable_result (h, snapfg_origin_zero (engine, count, offset,
                                                 request_flags (flags)),
-                         flags);
+                         flags, told0);
 }
 
 static int
 plugin_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
+  uint64_t told0 = told_at_start (handle);
+
   return durable_result (handle, snapfg_origin_trim (engine, count, offset,
                                                      request_flags (flags)),
-                         flags);
+                         flags, told0);
 }
 
 static int
 plugin_flush (void *handle, uint32_t flags)
 {
   struct handle *h = handle;
+  uint64_t told0 = told_at_start (h);
 
   return durable_result (h, snapfg_flush (engine, h->snapshot),
-                         NBDKIT_FLAG_FUA);
+                         NBDKIT_FLAG_FUA, told0);
 }
 
 static int

@@ -75,8 +75,10 @@ engine_parse_fault_point (struct snapfg_engine *e, const char *spec)
 /* Test hook: SNAPFG_TEST_FAIL_AT=WHERE[:N] makes the Nth (default first)
  * allocation at WHERE fail as if memory ran out: "snapshot-list"
  * (adding a snapshot to the engine's list), "held-data" (storing a held
- * write's data in write-back's memory file).  Error paths that no other
- * test can reach deterministically are tested with it.
+ * write's data in write-back's memory file); or "held-apply": the Nth
+ * held write the write-back committer applies fails with EIO, as a
+ * disk error after the acknowledgement would.  Error paths that no
+ * other test can reach deterministically are tested with it.
  */
 void
 engine_parse_fail_point (struct snapfg_engine *e, const char *spec)
@@ -84,6 +86,7 @@ engine_parse_fail_point (struct snapfg_engine *e, const char *spec)
   static const struct test_point points[] = {
     { "snapshot-list", FAIL_SNAPSHOT_LIST },
     { "held-data", FAIL_HELD_DATA },
+    { "held-apply", FAIL_HELD_APPLY },
   };
   long count;
 

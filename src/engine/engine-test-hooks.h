@@ -6,7 +6,8 @@
  *   SNAPFG_TEST_DELAY_US        widens the race windows
  *   SNAPFG_TEST_MERGE_DELAY_US  slows each merge batch
  *   SNAPFG_TEST_CRASH_AT=POINT[:N]  kills the process at a fault point
- *   SNAPFG_TEST_FAIL_AT=POINT[:N]   makes an allocation fail
+ *   SNAPFG_TEST_FAIL_AT=POINT[:N]   makes an allocation (or a held
+ *       write's origin write) fail
  *   SNAPFG_TEST_WRITEBACK_PAUSE=FILE  holds every write back (none
  *       reaches the origin; copy-out batches are done when a writer
  *       waits for one of their chunks) while FILE exists, except at a
@@ -35,6 +36,7 @@ enum fail_point {
   FAIL_NONE,
   FAIL_SNAPSHOT_LIST,          /* growing the engine's list of snapshots */
   FAIL_HELD_DATA,              /* holding a write's data (write-back) */
+  FAIL_HELD_APPLY,             /* a held write's origin write (EIO) */
 };
 
 struct engine_test_hooks {

@@ -88,18 +88,25 @@ struct snapfg_writeback_stats {
 };
 extern void snapfg_writeback_stats (struct snapfg_engine *e,
                                     struct snapfg_writeback_stats *ws);
-/* Origin writes that failed after write-back acknowledged them, so far.
- * An error sequence, as the kernel's errseq: a connection starts at
- * snapfg_writeback_errors_sample (the count as last reported to anyone,
- * so that an error nobody has heard of yet is reported to it), and
- * snapfg_writeback_check returns -EIO (once) when more have failed
- * since, for the connection's next flush or FUA request; the error is
- * then seen.  _unseen: failures no client has heard of yet.
+/* Origin writes that failed after write-back acknowledged them, so far
+ * (snapfg_writeback_errors).  An error sequence, as the kernel's errseq,
+ * in held writes' sequence numbers (writeback-errors.c): a connection
+ * keeps *told, the point up to which it has been told of every failure,
+ * starting at snapfg_writeback_errors_sample (the point up to which
+ * they were reported to anyone, so that an error nobody has heard of yet
+ * is reported to it).  A flush or FUA request loads *told when it begins
+ * (atomically: the connection's requests run in parallel) and, once it
+ * has succeeded, asks snapfg_writeback_check with that value: -EIO if a
+ * failure is past it, and the connection has then been told of every
+ * failure so far.  So every request in flight when a failure became
+ * known reports it, the connection's later ones do not.  _unseen:
+ * failures no client has heard of yet.
  */
 extern uint64_t snapfg_writeback_errors (struct snapfg_engine *e);
 extern uint64_t snapfg_writeback_errors_sample (struct snapfg_engine *e);
 extern uint64_t snapfg_writeback_errors_unseen (struct snapfg_engine *e);
-extern int snapfg_writeback_check (struct snapfg_engine *e, uint64_t *seen);
+extern int snapfg_writeback_check (struct snapfg_engine *e, uint64_t *told,
+                                   uint64_t told_at_start);
 
 /* Who attaches a snapshot's store (docs/design.md section 7): this decides
  * which existing stores may be attached as valid.

@@ -190,9 +190,36 @@ apply_data (struct writeback *wb, struct held_write *h,
   return 0;
 }
 
+/* The test hook's failed origin write (SNAPFG_TEST_FAIL_AT=held-apply),
+ * logged as origin_apply_change logs a real one.
+ */
+static int
+held_apply_failed (struct snapfg_engine *e, const struct held_write *h)
+{
+  snapfg_error ("origin=%s: %s of %" PRIu32 " bytes at %" PRIu64
+                " failed: %s (test hook)", e->origin.path,
+                origin_op_name (h->op), h->count, h->offset,
+                strerror (EIO));
+  return -EIO;
+}
+
+/* The held writes of a batch that failed after their acknowledgement:
+ * how many, and the sequence number of the last.
+ */
+struct batch_failures {
+  uint64_t n, last_seq;
+};
+
+static void
+batch_failed (struct batch_failures *f, const struct held_write *h)
+{
+  f->n++;
+  f->last_seq = h->seq;
+}
+
 static struct held_write *
 apply_batch (struct writeback *wb, struct held_write *h,
-             struct held_write *last)
+             struct held_write *last, struct batch_failures *failed)
 {
   struct snapfg_engine *e = wb->e;
   struct bounce_window win = { 0, 0 };
@@ -206,16 +233,16 @@ apply_batch (struct writeback *wb, struct held_write *h,
                     "old data for a snapshot failed; the next flush "
                     "fails", e->origin.path, origin_op_name (h->op),
                     h->count, h->offset);
-      atomic_fetch_add (&wb->origin_errors, 1);
+      batch_failed (failed, h);
     }
     else if (state == HELD_READY) {
-      int r = h->data_extent
-        ? apply_data (wb, h, last, APPLY_BATCH - n, &win)
+      int r = engine_fail_point (e, FAIL_HELD_APPLY) ? held_apply_failed (e, h)
+        : h->data_extent ? apply_data (wb, h, last, APPLY_BATCH - n, &win)
         : origin_apply_change (e, h->op, NULL, h->count, h->offset,
                                h->flags);
       if (r < 0)
         /* Logged; the next flush or FUA on every connection fails. */
-        atomic_fetch_add (&wb->origin_errors, 1);
+        batch_failed (failed, h);
     }
     /* HELD_CANCELLED: never applied. */
     if (h == last || n == APPLY_BATCH)
@@ -224,12 +251,13 @@ apply_batch (struct writeback *wb, struct held_write *h,
 }
 
 /* Take the applied writes first .. last (the front of the queue) out of
- * the queue and its indexes, then free them.  Without the lock on entry
- * and return.
+ * the queue and its indexes, then free them; the failures among them
+ * are published with applied_seq.  Without the lock on entry and
+ * return.
  */
 static void
 retire_batch (struct writeback *wb, struct held_write *first,
-              struct held_write *last)
+              struct held_write *last, const struct batch_failures *failed)
 {
   struct held_write *h, *next;
   uint64_t freed, run_off = 0, run_len = 0;
@@ -241,6 +269,13 @@ retire_batch (struct writeback *wb, struct held_write *first,
   held_file_mark_applied (&wb->file, last->seq);
   {
     SCOPED_MUTEX_LOCK (&wb->lock);
+    /* Before the flushes waiting for these writes can look: a flush
+     * that waited for one of them sees its failure (writeback-errors.c).
+     */
+    if (failed->n) {
+      wb->failed_seq = failed->last_seq;
+      atomic_fetch_add (&wb->origin_errors, failed->n);
+    }
     freed = held_queue_remove_front (&wb->q, first, last);
     pthread_cond_broadcast (&wb->applied);
   }
@@ -367,10 +402,11 @@ run_round (struct writeback *wb, struct held_write *first)
    * and the flushes waiting for them come as each part lands.
    */
   for (struct held_write *h = first; h; ) {
-    struct held_write *batch_last = apply_batch (wb, h, last);
+    struct batch_failures failed = { 0, 0 };
+    struct held_write *batch_last = apply_batch (wb, h, last, &failed);
     struct held_write *next = batch_last == last ? NULL : batch_last->next;
 
-    retire_batch (wb, h, batch_last);
+    retire_batch (wb, h, batch_last, &failed);
     h = next;
   }
 }

@@ -71,7 +71,18 @@ struct writeback {
   _Atomic bool running;         /* read unlocked by flushes and drains */
   atomic_bool stop;
 
-  /* Statistics, atomics. */
+  /* Held writes that failed after their acknowledgement
+   * (writeback-errors.c), under lock: failed_seq is the sequence number
+   * of the latest (the committer meets them in sequence order and
+   * publishes them with applied_seq), told_seq the one up to which every
+   * failure has been reported to some client (a new connection starts
+   * there).
+   */
+  uint64_t failed_seq, told_seq;
+
+  /* Statistics, atomics (origin_errors and errors_seen written under
+   * lock, with failed_seq and told_seq).
+   */
   atomic_uint_least64_t rounds, round_exceptions, max_round;
   atomic_uint_least64_t room_waits, origin_errors;
   /* origin_errors as last reported to a client (writeback-errors.c). */
