@@ -62,8 +62,13 @@ test_files "$size"
 make_random_image "$tmpdir/new-data.img" $((24 * MiB))
 
 # Each merge batch (16 chunks) takes at least 5 ms, so that the checks
-# below run while the merge is certainly still going (>= 2 s).
-SNAPFG_TEST_MERGE_DELAY_US=5000 \
+# below run while the merge is certainly still going (>= 2 s).  Under a
+# sanitizer 25 ms (>= 10 s): there each snapfgctl the checks run is
+# instrumented too, and on a loaded machine the five of them once took
+# longer than the whole 2 s merge (the status found snap1 gone, and the
+# create that must be refused during a merge was accepted after it).
+merge_delay_us=$([ -n "${SNAPFG_SANITIZER:-}" ] && echo 25000 || echo 5000)
+SNAPFG_TEST_MERGE_DELAY_US=$merge_delay_us \
     start_snapfg "$sock" "$pid" origin="$origin" control="$ctlsock"
 ctl_ok "create snap1 (persistent, chunk 4K)" "$ctlsock" create snap1 --cow "$cow1" --chunk-size 4096
 
