@@ -9,14 +9,9 @@
 #include <sys/mman.h>
 
 #include "big-buffer.h"
+#include "rounding.h"
 
 #define HUGE_PAGE (2 * 1024 * 1024)
-
-static size_t
-round_up (size_t len)
-{
-  return (len + HUGE_PAGE - 1) & ~(size_t) (HUGE_PAGE - 1);
-}
 
 void *
 big_alloc (size_t len)
@@ -28,7 +23,7 @@ big_alloc (size_t len)
     errno = EINVAL;
     return NULL;
   }
-  size = round_up (len);
+  size = round_up (len, HUGE_PAGE);
   /* One huge page more than needed, then the unaligned ends unmapped:
    * mmap only promises 4 KiB alignment.
    */
@@ -37,7 +32,7 @@ big_alloc (size_t len)
             -1, 0);
   if (p == MAP_FAILED)
     return NULL;
-  aligned = (char *) round_up ((uintptr_t) p);
+  aligned = (char *) (uintptr_t) round_up ((uintptr_t) p, HUGE_PAGE);
   if (aligned > p)
     munmap (p, aligned - p);
   if (aligned + size < p + span)
@@ -53,5 +48,5 @@ void
 big_free (void *p, size_t len)
 {
   if (p)
-    munmap (p, round_up (len));
+    munmap (p, round_up (len, HUGE_PAGE));
 }
