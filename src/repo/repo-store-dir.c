@@ -148,6 +148,22 @@ parent_of (const char *key, char *dir, size_t len)
   dir[n] = '\0';
 }
 
+/* After a transfer of n bytes from v[i..iovcnt): the first piece not
+ * done, with what of it was done cut off its front.  readv and writev
+ * may stop short, even between pieces.
+ */
+static int
+iov_skip (struct iovec *v, int i, int iovcnt, size_t n)
+{
+  while (i < iovcnt && n >= v[i].iov_len)
+    n -= v[i++].iov_len;
+  if (i < iovcnt) {
+    v[i].iov_base = (char *) v[i].iov_base + n;
+    v[i].iov_len -= n;
+  }
+  return i;
+}
+
 /* writev(2) of every byte of iov (at most IOV_PIECES pieces). */
 #define IOV_PIECES 4
 static int
@@ -173,12 +189,7 @@ full_writev (int fd, const struct iovec *iov, int iovcnt)
       return -1;
     }
     /* A short write: on from where it stopped. */
-    while (i < iovcnt && (size_t) n >= v[i].iov_len)
-      n -= v[i++].iov_len;
-    if (i < iovcnt) {
-      v[i].iov_base = (char *) v[i].iov_base + n;
-      v[i].iov_len -= n;
-    }
+    i = iov_skip (v, i, iovcnt, n);
   }
   return 0;
 }
@@ -356,12 +367,7 @@ dir_get_iov (struct repo_store *s, const char *key, const struct iovec *iov,
     if (n <= 0)
       return io_error (s, key, "read (the object is shorter than its size; "
                        "changed while read?)", n == 0 ? EIO : errno);
-    while (i < iovcnt && (size_t) n >= v[i].iov_len)
-      n -= v[i++].iov_len;
-    if (i < iovcnt) {
-      v[i].iov_base = (char *) v[i].iov_base + n;
-      v[i].iov_len -= n;
-    }
+    i = iov_skip (v, i, iovcnt, n);
   }
   *lenp = size;
   return 0;
