@@ -109,7 +109,8 @@ test_many_pending (unsigned stripe_bits)
     struct exception_stripe *s = exception_table_stripe (&t, (i + 1) * 10);
 
     exception_stripe_lock (s);
-    while (exception_stripe_add_pending (s, &pe[i], (i + 1) * 10) == -EAGAIN) {
+    while (exception_stripe_add_pending (&t, s, &pe[i],
+                                         (i + 1) * 10) == -EAGAIN) {
       exception_stripe_unlock (s);
       if (exception_stripe_grow (s) < 0)
         FAIL ("grow");
@@ -209,7 +210,7 @@ ensure_copied (uint64_t chunk)
       exception_stripe_wait (s);
       continue;
     }
-    if (exception_stripe_add_pending (s, &pe, chunk) == 0)
+    if (exception_stripe_add_pending (&table, s, &pe, chunk) == 0)
       break;
     exception_stripe_unlock (s);
     if (exception_stripe_grow (s) < 0)
@@ -329,6 +330,74 @@ test_concurrent_states (unsigned stripe_bits)
   exception_table_destroy (&table);
 }
 
+/* The touched-region map: a region is marked by the first exception
+ * added in it, pending or completed, and never unmarked; without a map,
+ * or past its end, every region counts as touched.
+ */
+static void
+test_touched_regions (unsigned stripe_bits)
+{
+  const uint64_t r = UINT64_C (1) << EXCEPTION_REGION_SHIFT;
+  const uint64_t nchunks = 200 * r;
+  struct exception_table t;
+  struct exception_stripe *s;
+  struct pending_exception pe;
+
+  if (exception_table_init (&t, stripe_bits) < 0)
+    FAIL ("exception_table_init");
+  if (exception_table_untouched (&t, 0, 1))
+    FAIL ("a table without a map says a region is untouched");
+  if (exception_table_map_regions (&t, nchunks) < 0)
+    FAIL ("exception_table_map_regions");
+  if (!exception_table_untouched (&t, 0, nchunks))
+    FAIL ("a new table has a touched region");
+  if (exception_table_untouched (&t, nchunks - 1, nchunks + 2 * r))
+    FAIL ("chunks past the map count as untouched");
+
+  /* Region 70, by a completed exception. */
+  if (exception_table_insert (&t, 70 * r + 5, 1) < 0)
+    FAIL ("insert");
+  if (exception_table_untouched (&t, 70 * r + 5, 70 * r + 6) ||
+      exception_table_untouched (&t, 70 * r, 70 * r + 1) ||
+      exception_table_untouched (&t, 0, nchunks) ||
+      exception_table_untouched (&t, 69 * r + 3, 70 * r + 1))
+    FAIL ("region 70 is not touched by its completed exception");
+  if (!exception_table_untouched (&t, 0, 70 * r) ||
+      !exception_table_untouched (&t, 71 * r, nchunks))
+    FAIL ("an exception in region 70 touched another");
+
+  /* Region 130 (its 64-bit word's second half), by a pending one, still
+   * touched after the copy-out is given up.
+   */
+  s = exception_table_stripe (&t, 130 * r + r - 1);
+  exception_stripe_lock (s);
+  while (exception_stripe_add_pending (&t, s, &pe, 130 * r + r - 1)
+         == -EAGAIN) {
+    exception_stripe_unlock (s);
+    if (exception_stripe_grow (s) < 0)
+      FAIL ("grow");
+    exception_stripe_lock (s);
+  }
+  exception_stripe_retire (s, &pe);
+  exception_stripe_unlock (s);
+  if (exception_table_untouched (&t, 130 * r + r - 1, 130 * r + r) ||
+      exception_table_untouched (&t, 130 * r, 131 * r))
+    FAIL ("region 130 is not touched by a pending exception");
+  if (!exception_table_untouched (&t, 131 * r, nchunks) ||
+      !exception_table_untouched (&t, 71 * r, 130 * r))
+    FAIL ("a pending exception in region 130 touched another");
+
+  /* Removing the completed exception leaves its region touched. */
+  s = exception_table_stripe (&t, 70 * r + 5);
+  exception_stripe_lock (s);
+  if (!exception_stripe_remove (s, 70 * r + 5))
+    FAIL ("remove");
+  exception_stripe_unlock (s);
+  if (exception_table_untouched (&t, 70 * r, 71 * r))
+    FAIL ("a removed exception untouched its region");
+  exception_table_destroy (&t);
+}
+
 int
 main (void)
 {
@@ -338,5 +407,7 @@ main (void)
   test_many_pending (12);
   test_concurrent_states (0);
   test_concurrent_states (12);
+  test_touched_regions (0);
+  test_touched_regions (12);
   return EXIT_SUCCESS;
 }

@@ -79,7 +79,7 @@ claim_chunk (struct snapfg_snapshot *s, struct exception_stripe *stripe,
       exception_stripe_wait (stripe);
       continue;
     }
-    r = exception_stripe_add_pending (stripe, pe, chunk);  /* A → B */
+    r = exception_stripe_add_pending (&s->table, stripe, pe, chunk);  /* A → B */
     if (r == 0)
       break;
     exception_stripe_unlock (stripe);

@@ -344,6 +344,12 @@ create_open_store (struct snapfg_snapshot *s,
   r = exception_table_init (&s->table,
                             e->locking == SNAPFG_LOCKING_GLOBAL
                             ? 0 : SNAPFG_STRIPE_BITS);
+  /* Which regions ever had an exception: the snapshot's block status
+   * asks the origin alone about the others (io-snapshot.c).
+   */
+  if (r == 0)
+    r = exception_table_map_regions (&s->table,
+                                     (e->size >> s->chunk_shift) + 1);
   if (r == 0) {
     if (s->store->opened_invalid)
       atomic_store (&s->state, SNAPSHOT_INVALID);

@@ -78,10 +78,51 @@ exception_table_init (struct exception_table *t, unsigned stripe_bits)
   return 0;
 }
 
+int
+exception_table_map_regions (struct exception_table *t, uint64_t nchunks)
+{
+  uint64_t nregions = (nchunks >> EXCEPTION_REGION_SHIFT) + 1;
+
+  t->touched = calloc ((nregions + 63) / 64, sizeof *t->touched);
+  if (t->touched == NULL)
+    return -ENOMEM;
+  t->nregions = nregions;
+  return 0;
+}
+
+/* Before an exception of old_chunk is visible to anyone. */
+static void
+mark_touched (struct exception_table *t, uint64_t old_chunk)
+{
+  uint64_t region = old_chunk >> EXCEPTION_REGION_SHIFT;
+
+  if (t->touched && region < t->nregions)
+    atomic_fetch_or (&t->touched[region / 64], UINT64_C (1) << (region % 64));
+}
+
+bool
+exception_table_untouched (const struct exception_table *t,
+                           uint64_t first, uint64_t end)
+{
+  uint64_t region = first >> EXCEPTION_REGION_SHIFT;
+  uint64_t last = (end - 1) >> EXCEPTION_REGION_SHIFT;
+
+  if (t->touched == NULL || end <= first || last >= t->nregions)
+    return false;
+  for (; region <= last; ++region)
+    if (atomic_load (&t->touched[region / 64]) &
+        (UINT64_C (1) << (region % 64)))
+      return false;
+  return true;
+}
+
 void
 exception_table_destroy (struct exception_table *t)
 {
   size_t n = (size_t) 1 << t->stripe_bits;
+
+  free (t->touched);
+  t->touched = NULL;
 
   if (t->stripes == NULL)
     return;
@@ -144,7 +185,8 @@ exception_stripe_has_tracked_reads (const struct exception_stripe *s,
 }
 
 int
-exception_stripe_add_pending (struct exception_stripe *s,
+exception_stripe_add_pending (struct exception_table *t,
+                              struct exception_stripe *s,
                               struct pending_exception *pe,
                               uint64_t old_chunk)
 {
@@ -153,6 +195,7 @@ exception_stripe_add_pending (struct exception_stripe *s,
   /* Its own slot, and the one its completed exception will take. */
   if (s->capacity == 0 || !has_room_for (s->capacity, entries_with (s, 2)))
     return -EAGAIN;
+  mark_touched (t, old_chunk);
   pe->old_chunk = old_chunk;
   slot = probe (s->slots, s->capacity, pending_key (old_chunk));
   slot->key = pending_key (old_chunk);
@@ -333,6 +376,7 @@ exception_table_insert (struct exception_table *t,
       if (slot->key != 0)
         r = -EEXIST;
       else {
+        mark_touched (t, old_chunk);
         slot->key = completed_key (old_chunk);
         slot->new_chunk = new_chunk;
         s->ncompleted++;

@@ -35,6 +35,7 @@
 #ifndef SNAPFG_EXCEPTION_TABLE_H
 #define SNAPFG_EXCEPTION_TABLE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <pthread.h>
@@ -78,15 +79,43 @@ struct exception_stripe {
   struct tracked_read *tracked;
 } SNAPFG_CACHE_ALIGNED;
 
+/* Chunks per region of the touched-region map: 4 MiB with 4 KiB chunks. */
+#define EXCEPTION_REGION_SHIFT 10
+
 struct exception_table {
   struct exception_stripe *stripes;
   unsigned stripe_bits;             /* log2 (number of stripes) */
+  /* One bit per region of 2^EXCEPTION_REGION_SHIFT chunks, set (and
+   * never cleared) before the first exception of the region, pending or
+   * completed, is added: a clear bit means no chunk of the region has
+   * ever differed from the origin, so the origin's allocation is the
+   * snapshot's.  NULL (exception_table_map_regions not called) counts
+   * every region as touched.
+   */
+  _Atomic uint64_t *touched;
+  uint64_t nregions;
 };
 
 /* Create a table with 2^stripe_bits stripes.  Returns 0 or -errno. */
 extern int exception_table_init (struct exception_table *t,
                                  unsigned stripe_bits);
 extern void exception_table_destroy (struct exception_table *t);
+
+/* Keep the touched-region map for the first nchunks chunks (chunks past
+ * them count as touched).  Call before any exception is added.  Returns
+ * 0 or -ENOMEM.
+ */
+extern int exception_table_map_regions (struct exception_table *t,
+                                        uint64_t nchunks);
+
+/* Has no exception ever been added in the regions of chunks [first,
+ * end)?  Lock-free.  A reader that asks the origin about those chunks
+ * first and this second may trust the origin's answer when this says
+ * true: the origin changes under a chunk only after its pending
+ * exception is added, which marks its region first.
+ */
+extern bool exception_table_untouched (const struct exception_table *t,
+                                       uint64_t first, uint64_t end);
 
 static inline struct exception_stripe *
 exception_table_stripe (const struct exception_table *t, uint64_t old_chunk)
@@ -141,8 +170,10 @@ extern bool exception_stripe_has_tracked_reads (const struct exception_stripe *s
 /* A → B (the chunk must not be pending).  Returns 0, or -EAGAIN if the
  * stripe must grow first so that publishing cannot need an allocation:
  * drop the lock, call exception_stripe_grow, take the lock and re-check.
+ * s is t's stripe of old_chunk; t's touched-region map is marked.
  */
-extern int exception_stripe_add_pending (struct exception_stripe *s,
+extern int exception_stripe_add_pending (struct exception_table *t,
+                                         struct exception_stripe *s,
                                          struct pending_exception *pe,
                                          uint64_t old_chunk);
 /* B → C: publish the completed exception (space was reserved). */

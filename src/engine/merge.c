@@ -166,7 +166,7 @@ claim_batch (struct snapfg_snapshot *s, const struct store_pair *pairs,
     int r;
 
     exception_stripe_lock (stripe);
-    while ((r = exception_stripe_add_pending (stripe, &pe[i],
+    while ((r = exception_stripe_add_pending (&s->table, stripe, &pe[i],
                                               pairs[i].old_chunk)) == -EAGAIN) {
       exception_stripe_unlock (stripe);
       r = exception_stripe_grow (stripe);
