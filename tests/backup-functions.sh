@@ -129,22 +129,28 @@ save_origin() {
 }
 
 # our_snapshots SOCK, our_checkpoints SOCK: the snapshots / checkpoints
-# snapfg-backup made (named snapfg-backup-...), one a line.
+# snapfg-backup made (named snapfg-backup-...), one a line.  Tests pipe
+# them into grep -q, which stops reading at its first match: the names
+# are written at once, and a reader gone is not an error (under
+# pipefail, a BrokenPipeError here failed a check whose grep had
+# matched).
 our_snapshots() { _our_names "$1" snapshots list; }
 our_checkpoints() { _our_names "$1" checkpoints checkpoint list; }
 _our_names() {
     local sock=$1 key=$2
     shift 2
     "$SNAPFGCTL" -S "$sock" --json "$@" |
-        "$PY" -c 'import json, sys
+        "$PY" -c 'import json, os, sys
 try:
     items = json.load(sys.stdin)[sys.argv[1]]
+    out = "".join(x["name"] + "\n" for x in items
+                  if x["name"].startswith("snapfg-backup-"))
 except Exception as e:
-    print("(snapfgctl %s failed: %s)" % (sys.argv[2], e))
-    sys.exit(0)
-for x in items:
-    if x["name"].startswith("snapfg-backup-"):
-        print(x["name"])' "$key" "$*"
+    out = "(snapfgctl %s failed: %s)\n" % (sys.argv[2], e)
+try:
+    os.write(1, out.encode())
+except BrokenPipeError:
+    pass' "$key" "$*"
 }
 
 # write_random_blocks URI N SEED SIZE: N acknowledged random writes

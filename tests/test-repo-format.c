@@ -169,9 +169,9 @@ test_repo (const char *dir, const char *keyfile, const char *badkey)
   CHECK (repo_index_new ("disk-1", CS * 2 + 512, CS, &ix) == 0);
   CHECK (repo_index_chunks (ix) == 3);
   repo_chunk_id (repo_get_keys (r), sha, repo_index_digest (ix, 1));
-  CHECK (repo_put_chunk (r, repo_index_digest (ix, 1), data, CS, 1, false,
+  CHECK (repo_put_chunk (r, repo_index_digest (ix, 1), data, 0, CS, 1, false,
                          &stored) == 0 && stored > 0);
-  CHECK (repo_put_chunk (r, repo_index_digest (ix, 1), data, CS, 1, false,
+  CHECK (repo_put_chunk (r, repo_index_digest (ix, 1), data, 0, CS, 1, false,
                          &stored) == 1 && stored == 0);
   CHECK (repo_index_commit (r, ix, &run) == 0 && run == 1);
   CHECK (repo_index_commit (r, ix, &run) == 0 && run == 2);

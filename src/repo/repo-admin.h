@@ -58,11 +58,18 @@ extern void repo_chunk_key (const unsigned char id[REPO_DIGEST_LEN],
  * (and is touched: see "Garbage collection" in docs/repository.md).
  * With replace, it is stored even if there (a damaged chunk, found by
  * verify).  Negative errno on failure.  Thread-safe.
+ *
+ * headroom: how many bytes before plain the call may overwrite.  With
+ * REPO_PUT_HEADROOM of them, a chunk stored as it is (no zstd, no key)
+ * gets its header written there, and header and data go to the store
+ * as one buffer: a directory store writes it past the page cache when
+ * plain - REPO_PUT_HEADROOM is 4096-byte aligned.
  */
+#define REPO_PUT_HEADROOM 16    /* REPO_CHUNK_HEADER_LEN */
 extern int repo_put_chunk (struct repo *r,
                            const unsigned char id[REPO_DIGEST_LEN],
-                           const void *plain, size_t len, int zstd_level,
-                           bool replace, uint64_t *stored);
+                           const void *plain, size_t headroom, size_t len,
+                           int zstd_level, bool replace, uint64_t *stored);
 
 /* Make every chunk repo_put_chunk stored durable and visible under its
  * name (the store's sync; nothing to do for a store whose puts are

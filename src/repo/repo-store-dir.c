@@ -15,7 +15,8 @@
  * the ones a crash left (clean_partial).
  *
  * A run's chunks go in one batch (put_unsynced, then sync): each chunk
- * is written under its temporary name with its writeback started
+ * is written under its temporary name, past the page cache where it is
+ * one aligned buffer (write_direct_part), its tail's writeback started
  * (sync_file_range) but not waited for, and only sync gives the names:
  * one syncfs(2) makes every temporary file durable, then each is linked
  * under its name, then a second syncfs makes the names durable.  An
@@ -194,6 +195,65 @@ full_writev (int fd, const struct iovec *iov, int iovcnt)
   return 0;
 }
 
+/* The aligned part of an object that is one buffer (iov's parts follow
+ * each other in memory) starting on a DIRECT_ALIGN boundary: written
+ * with O_DIRECT, the rest (less than DIRECT_ALIGN bytes) through the
+ * page cache.  The kernel then copies nothing: a 512 MiB disk's full
+ * run took 0.20-0.35 s of system time with this (and its connections
+ * made and closed at once) against 0.42-1.02 s before (4 paired runs,
+ * /usr/bin/time), and 0.74-0.94 s against 0.90-1.21 s of wall time;
+ * the run's chunks, read back only by a restore or a verify, no longer
+ * push the page cache out either.
+ * The syncfs before the names still waits for the device to make them
+ * durable.  Returns the bytes written (0: not one aligned buffer, or
+ * the file system refuses O_DIRECT: the caller writes it all) or -1
+ * (errno).
+ */
+#define DIRECT_ALIGN 4096
+
+static ssize_t
+write_direct_part (int fd, const struct iovec *iov, int iovcnt)
+{
+  const char *base = iov[0].iov_base;
+  size_t total = 0, aligned, done = 0;
+  int fl, e;
+
+  for (int i = 0; i < iovcnt; ++i) {
+    if ((const char *) iov[i].iov_base != base + total)
+      return 0;
+    total += iov[i].iov_len;
+  }
+  aligned = total / DIRECT_ALIGN * DIRECT_ALIGN;
+  if ((uintptr_t) base % DIRECT_ALIGN || aligned == 0)
+    return 0;
+  if ((fl = fcntl (fd, F_GETFL)) == -1 ||
+      fcntl (fd, F_SETFL, fl | O_DIRECT) == -1)
+    return 0;                   /* no O_DIRECT on this file system */
+  while (done < aligned) {
+    ssize_t n = pwrite (fd, base + done, aligned - done, done);
+
+    if (n == -1 && errno == EINTR)
+      continue;
+    if (n > 0 && n % DIRECT_ALIGN == 0) {
+      done += n;
+      continue;
+    }
+    e = n == -1 ? errno : EIO;
+    if (fcntl (fd, F_SETFL, fl) == -1)
+      return -1;
+    /* Refused at once (EINVAL: the device wants a coarser alignment):
+     * the whole object through the page cache instead.
+     */
+    if (done == 0 && e == EINVAL)
+      return 0;
+    errno = e;
+    return -1;
+  }
+  if (fcntl (fd, F_SETFL, fl) == -1)
+    return -1;
+  return aligned;
+}
+
 /* Write iov into a new temporary file beside key (in parent), its name
  * into tmp: synced, or with its writeback only started.
  */
@@ -224,7 +284,23 @@ write_temporary (struct repo_store *s, const char *key, const char *parent,
   }
   if (fd < 0)
     return io_error (s, tmp, "create", -fd);
-  if (full_writev (fd, iov, iovcnt) == -1 ||
+  /* A batch's object (not synced here): its aligned part past the page
+   * cache if it can, the tail after it.
+   */
+  ssize_t direct = sync || iovcnt > IOV_PIECES ? 0
+    : write_direct_part (fd, iov, iovcnt);
+  if (direct > 0) {
+    struct iovec rest[IOV_PIECES];
+    int i;
+
+    memcpy (rest, iov, iovcnt * sizeof *rest);
+    i = iov_skip (rest, 0, iovcnt, direct);
+    if (i < iovcnt && (lseek (fd, direct, SEEK_SET) == -1 ||
+                       full_writev (fd, rest + i, iovcnt - i) == -1))
+      direct = -1;
+  }
+  if (direct == -1 ||
+      (direct == 0 && full_writev (fd, iov, iovcnt) == -1) ||
       (sync ? fsync (fd)
        : sync_file_range (fd, 0, 0, SYNC_FILE_RANGE_WRITE)) == -1) {
     int e = errno;

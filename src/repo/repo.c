@@ -494,34 +494,44 @@ scratch_obj (struct repo *r, struct repo_scratch *sc)
   return 0;
 }
 
+_Static_assert (REPO_PUT_HEADROOM == REPO_CHUNK_HEADER_LEN,
+                "the headroom a caller leaves is a chunk header");
+
 /* The object of chunk id, encoded (iov: header, payload), then put in
  * the store's batch, or stored at once.
  */
 static int
 encode_and_put (struct repo *r, struct repo_scratch *sc,
                 const unsigned char id[REPO_DIGEST_LEN], const char *key,
-                const void *plain, size_t len, int zstd_level, bool replace,
-                size_t *obj_len)
+                const void *plain, size_t headroom, size_t len,
+                int zstd_level, bool replace, size_t *obj_len)
 {
   struct repo_store *s = r->store;
   bool batch = !replace && s->ops->put_unsynced && s->ops->sync;
-  unsigned char head[REPO_CHUNK_HEADER_LEN];
+  bool as_is = batch && zstd_level == 0 && !r->keys.encrypted;
+  unsigned char head[REPO_CHUNK_HEADER_LEN], *obj = head;
+  size_t cap = sizeof head;
   struct iovec iov[2];
   int ret;
 
   /* Stored as it is into the batch, the data goes from the caller's
-   * buffer to the file: no object is built.
+   * buffer to the file: no object is built.  The header goes in front
+   * of the data when the caller left room for it (the copy engine's
+   * headroom), so that the object is one buffer.
    */
-  if (!batch || zstd_level > 0 || r->keys.encrypted) {
+  if (!as_is) {
     if ((ret = scratch_obj (r, sc)) < 0)
       return ret;
     if (zstd_level > 0 && sc->cctx == NULL &&
         (sc->cctx = ZSTD_createCCtx ()) == NULL)
       return snapfg_set_error (ENOMEM, "out of memory for zstd");
+    obj = sc->obj;
+    cap = sc->cap;
   }
+  else if (headroom >= REPO_CHUNK_HEADER_LEN)
+    obj = (unsigned char *) plain - REPO_CHUNK_HEADER_LEN;
   ret = repo_chunk_encode_iov (&r->keys, id, plain, len, zstd_level,
-                               sc->cctx, sc->obj ? sc->obj : head,
-                               sc->obj ? sc->cap : sizeof head, iov);
+                               sc->cctx, obj, cap, iov);
   if (ret < 0)
     return ret;
   *obj_len = iov[0].iov_len + iov[1].iov_len;
@@ -535,8 +545,8 @@ encode_and_put (struct repo *r, struct repo_scratch *sc,
 
 int
 repo_put_chunk (struct repo *r, const unsigned char id[REPO_DIGEST_LEN],
-                const void *plain, size_t len, int zstd_level, bool replace,
-                uint64_t *stored)
+                const void *plain, size_t headroom, size_t len,
+                int zstd_level, bool replace, uint64_t *stored)
 {
   struct repo_store *s = r->store;
   struct repo_scratch *sc;
@@ -567,8 +577,8 @@ repo_put_chunk (struct repo *r, const unsigned char id[REPO_DIGEST_LEN],
    */
   if ((sc = scratch_get (r)) == NULL)
     return snapfg_set_error (ENOMEM, "out of memory for a chunk");
-  ret = encode_and_put (r, sc, id, key, plain, len, zstd_level, replace,
-                        &obj_len);
+  ret = encode_and_put (r, sc, id, key, plain, headroom, len, zstd_level,
+                        replace, &obj_len);
   scratch_put (r, sc);
   if (ret == -EEXIST) {
     /* Another writer stored it meanwhile, or another thread of this run

@@ -449,6 +449,7 @@ struct copier {
   struct slot *slots;
   int nslots;
   char *bufs;                   /* the slots' buffers, one mapping */
+  uint64_t stride;              /* from one slot's buffer to the next */
   size_t bufs_len;
   uint64_t piece;
   uint64_t request;             /* bytes per read request, at most */
@@ -552,7 +553,17 @@ copier_start (struct copier *c)
    * gives them (big-buffer.h): 4 KiB pages cost a fault each at the
    * first read into them, most of a run's faults.
    */
-  c->bufs_len = c->nslots * c->piece;
+  if (job->headroom > COPY_MAX_HEADROOM) {
+    snprintf (c->err, c->err_len, "internal error: %zu bytes of headroom",
+              job->headroom);
+    return -1;
+  }
+  /* With headroom each slot starts on a 4096-byte boundary and its
+   * data headroom bytes after it.
+   */
+  c->stride = job->headroom ? (job->headroom + c->piece + 4095) / 4096 * 4096
+    : c->piece;
+  c->bufs_len = c->nslots * c->stride;
   c->bufs = big_alloc (c->bufs_len);
   if (c->bufs == NULL) {
     snprintf (c->err, c->err_len, "out of memory (%d buffers of %" PRIu64
@@ -560,7 +571,7 @@ copier_start (struct copier *c)
     return -1;
   }
   for (int i = 0; i < c->nslots; ++i) {
-    c->slots[i].buf = c->bufs + i * c->piece;
+    c->slots[i].buf = c->bufs + i * c->stride + job->headroom;
     c->slots[i].src = i % job->nsrc;
   }
   for (size_t i = 0; i < job->nsrc; ++i) {

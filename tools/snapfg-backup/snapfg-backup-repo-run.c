@@ -258,8 +258,8 @@ store_chunk (struct copy_job *job, uint64_t offset, const char *buf,
   repo_chunk_id (repo_get_keys (rr->r), job->sums + n * SHA256_LEN, id);
   d = damaged_index (rr, id);
   snapfg_clear_error ();
-  ret = repo_put_chunk (rr->r, id, buf, len, rr->zstd_level, d >= 0,
-                        stored);
+  ret = repo_put_chunk (rr->r, id, buf, job->headroom, len, rr->zstd_level,
+                        d >= 0, stored);
   if (ret < 0) {
     backup_error ("storing chunk %" PRIu64 " (offset %" PRIu64 "): %s", n,
                   offset, snapfg_get_error () ? snapfg_get_error ()
@@ -713,14 +713,9 @@ repo_run_complete (void *run, const char *group, json_t *info)
 
   /* 5. The copy. */
   if (nbd_can_multi_conn (rr->src[0]) == 1 && wants_connections (rr))
-    while (rr->nsrc < MAX_SOURCES) {
-      rr->src[rr->nsrc] = connect_export (rr->b->session->data_uri,
-                                          rr->b->session->data_what,
-                                          rr->name);
-      if (rr->src[rr->nsrc] == NULL)
-        break;
-      rr->nsrc++;
-    }
+    rr->nsrc += connect_exports (rr->b->session->data_uri,
+                                 rr->b->session->data_what, rr->name,
+                                 rr->src + rr->nsrc, MAX_SOURCES - rr->nsrc);
   memset (job, 0, sizeof *job);
   job->src = rr->src;
   job->nsrc = rr->nsrc;
@@ -740,6 +735,7 @@ repo_run_complete (void *run, const char *group, json_t *info)
   job->sums = rr->sums;
   job->sink = store_chunk;
   job->sink_opaque = rr;
+  job->headroom = REPO_PUT_HEADROOM;
   job->what = "backup into the repository";
   job->rate = rr->b->limit_rate;
   if (getenv ("SNAPFG_BACKUP_TEST_STOP_AFTER"))
@@ -750,8 +746,7 @@ repo_run_complete (void *run, const char *group, json_t *info)
     return EXIT_FAILED;
   }
   test_pause ("after-copy");
-  for (i = 0; i < rr->nsrc; ++i)
-    disconnect (rr->src[i]);
+  disconnect_all (rr->src, rr->nsrc);
   rr->nsrc = 0;
   drop_snapshot_start (rr);
 

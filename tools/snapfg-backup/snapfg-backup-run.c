@@ -588,8 +588,7 @@ run_wait_image (struct run *r)
 static void
 run_release_snapshot (struct run *r)
 {
-  for (size_t i = 0; i < r->nsrc; ++i)
-    disconnect (r->src[i]);
+  disconnect_all (r->src, r->nsrc);
   r->nsrc = 0;
   if (r->snapshot_made)
     drop_snapshot (r, r->name);
@@ -606,13 +605,9 @@ run_copy (struct run *r)
 
   /* More connections when the server says they see the same data. */
   if (nbd_can_multi_conn (r->src[0]) == 1)
-    while (r->nsrc < MAX_SOURCES) {
-      r->src[r->nsrc] = connect_export (r->o->session->data_uri,
-                                         r->o->session->data_what, r->name);
-      if (r->src[r->nsrc] == NULL)
-        break;
-      r->nsrc++;
-    }
+    r->nsrc += connect_exports (r->o->session->data_uri,
+                                r->o->session->data_what, r->name,
+                                r->src + r->nsrc, MAX_SOURCES - r->nsrc);
   if (!r->image_made && !r->image_started)
     run_start_image (r);
   if (run_wait_image (r) == -1)

@@ -379,8 +379,18 @@ extern int open_export (struct nbd_handle *h, const char *what,
                         const char *export);
 extern struct nbd_handle *connect_export (const char *uri, const char *what,
                                           const char *export);
+/* Up to N connections to EXPORT at once, stored packed from OUT;
+ * returns how many were made (each failure printed).
+ */
+extern size_t connect_exports (const char *uri, const char *what,
+                               const char *export, struct nbd_handle **out,
+                               size_t n);
 /* Close H (NULL is fine), however far it got. */
 extern void disconnect (struct nbd_handle *h);
+/* Close the N handles of H, not waiting for the server where nothing
+ * is in flight.
+ */
+extern void disconnect_all (struct nbd_handle **h, size_t n);
 /* A local image through qemu-nbd, started by socket activation. */
 extern struct nbd_handle *open_image (const char *path, const char *format,
                                       bool readonly);
@@ -417,6 +427,8 @@ extern int direct_pwrite (struct direct_map *m, const char *buf,
                           uint64_t len, uint64_t off);
 extern void direct_map_free (struct direct_map *m);
 
+#define COPY_MAX_HEADROOM 4096
+
 struct copy_job {
   struct nbd_handle **src;      /* connections to the snapshot */
   size_t nsrc;
@@ -444,6 +456,12 @@ struct copy_job {
                uint64_t len, const bool *zero, size_t nblocks,
                uint64_t *stored);
   void *sink_opaque;
+  /* Bytes the sink may write just before each piece's data (at most
+   * COPY_MAX_HEADROOM), placed so that the piece's data minus them is
+   * 4096-byte aligned: a repository puts a chunk's header there and
+   * writes header and data from one aligned buffer, past the page cache.
+   */
+  size_t headroom;
   unsigned threads;             /* the pool's threads (0: the default) */
   uint64_t rate;                /* --limit-rate: bytes read per second at
                                    most (a token bucket); 0: no limit */
