@@ -223,6 +223,18 @@ make_random_image() {
     [ "$(file_size "$1")" -eq "$2" ] || fail "could not create $1"
 }
 
+# make_sparse_image FILE MIB: random data in every other MiB (0, 2, ...),
+# holes between
+make_sparse_image() {
+    local mib
+    rm -f "$1"
+    truncate -s $(($2 * 1048576)) "$1"
+    for mib in $(seq 0 2 $(($2 - 1))); do
+        head -c 1048576 /dev/urandom |
+            dd of="$1" bs=1M seek="$mib" conv=notrunc status=none
+    done
+}
+
 # make_zero_image FILE BYTES (allocated zeroes, not sparse)
 make_zero_image() {
     head -c "$2" /dev/zero >"$1"

@@ -32,12 +32,7 @@ test_seed
 size=$((64 * 1024 * 1024))
 snap="$tmpdir/snapshot.img"   # the snapshot's content, as taken
 
-rm -f "$origin"
-truncate -s "$size" "$origin"
-for mib in $(seq 0 2 63); do
-    head -c 1048576 /dev/urandom |
-        dd of="$origin" bs=1M seek="$mib" conv=notrunc status=none
-done
+make_sparse_image "$origin" $((size / 1048576))
 cp --sparse=always "$origin" "$snap"
 
 start_snapfg "$sock" "$pid" origin="$origin" cow="$cow" control="$ctlsock"

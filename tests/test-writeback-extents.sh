@@ -31,12 +31,7 @@ size=$((64 * 1024 * 1024))
 expected="$tmpdir/expected.img"
 
 # The origin: sparse, data in every other MiB.
-rm -f "$origin"
-truncate -s "$size" "$origin"
-for mib in $(seq 0 2 63); do
-    head -c 1048576 /dev/urandom |
-        dd of="$origin" bs=1M seek="$mib" conv=notrunc status=none
-done
+make_sparse_image "$origin" $((size / 1048576))
 cp --sparse=always "$origin" "$expected"
 
 touch "$pause"
