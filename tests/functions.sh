@@ -170,14 +170,14 @@ _proc_alive() {
 }
 
 _cleanup() {
-    local rc=$? pf pid h
+    local rc=$? pf pid h _n
     set +e
     for h in "${_cleanup_hooks[@]}"; do eval "$h"; done
     for pf in "${!_nbdkit_pids[@]}"; do
         pid=${_nbdkit_pids[$pf]}
         if _proc_alive "$pid"; then
             kill -TERM "$pid" 2>/dev/null
-            for _ in $(seq 50); do _proc_alive "$pid" || break; sleep 0.1; done
+            for ((_n = 0; _n < 50; _n++)); do _proc_alive "$pid" || break; sleep 0.1; done
             _proc_alive "$pid" && kill -KILL "$pid" 2>/dev/null
         fi
         wait "$pid" 2>/dev/null
@@ -347,7 +347,7 @@ else:
 # call (e.g. SNAPFG_TEST_DELAY_US=200 start_snapfg ...) reach nbdkit.
 # Extra nbdkit options go in $NBDKIT_OPTS (word-split).
 start_snapfg() {
-    local sock=$1 pidfile=$2 pid st
+    local sock=$1 pidfile=$2 pid st n
     shift 2
     local log="$pidfile.log"
     rm -f "$sock" "$pidfile"
@@ -357,7 +357,7 @@ start_snapfg() {
     pid=$!
     _nbdkit_pids[$pidfile]=$pid
     _nbdkit_logs[$pidfile]=$log
-    for _ in $(seq 300); do
+    for ((n = 0; n < 300; n++)); do
         if [ -S "$sock" ] && [ -s "$pidfile" ]; then
             return 0
         fi
@@ -376,11 +376,11 @@ start_snapfg() {
 # exit status (a crash at shutdown fails the test).  Disconnect every
 # client first: nbdkit 1.32 does not exit while clients are connected.
 stop_nbdkit() {
-    local pidfile=$1 pid st=0
+    local pidfile=$1 pid st=0 i
     pid=${_nbdkit_pids[$pidfile]:-}
     [ -n "$pid" ] || fail "stop_nbdkit: no nbdkit started with $pidfile"
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 300); do
+    for ((i = 1; i <= 300; i++)); do
         _proc_alive "$pid" || break
         # Under ThreadSanitizer a SIGTERM that reaches nbdkit before its
         # main loop sleeps in poll() can be lost by the runtime (see
@@ -414,9 +414,9 @@ nbdkit_pid() { echo "${_nbdkit_pids[$1]:-}"; }
 # $(...): only the shell that started it can collect its status.)
 nbdkit_status=
 wait_nbdkit_death() {
-    local pidfile=$1 pid=${_nbdkit_pids[$1]:-} st=0
+    local pidfile=$1 pid=${_nbdkit_pids[$1]:-} st=0 n
     [ -n "$pid" ] || fail "wait_nbdkit_death: no nbdkit started with $1"
-    for _ in $(seq $(($2 * 10))); do
+    for ((n = 0; n < $2 * 10; n++)); do
         _proc_alive "$pid" || break
         sleep 0.1
     done
