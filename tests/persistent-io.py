@@ -59,9 +59,13 @@
 #       write's offset is appended to FILE at once.  Stops at the end of
 #       the region or when the connection fails (exit 0).
 #
-#   check-acked IMAGE --seed S --write-size W --log FILE
-#       Every write seq-writer logged is in IMAGE; exits 1 naming the
-#       first one missing.
+#   check-acked IMAGE --write-size W --seed S --log FILE
+#               [--seed S2 --log FILE2 ...]
+#       Every write seq-writer logged is in IMAGE; one line per writer
+#       (a --seed and its --log, in the order given), "writer I: ok: ..."
+#       or "writer I: MISSING: ..." naming the first one missing; exits
+#       1 if any is.  Several writers in one run: one Python start, not
+#       one per writer.
 
 import argparse
 import random
@@ -228,19 +232,27 @@ def cmd_seq_writer(a):
 
 def cmd_check_acked(a):
     # Every write seq-writer logged as acknowledged is in the image.
+    if len(a.seed) != len(a.log):
+        sys.exit("check-acked: %d --seed but %d --log" % (len(a.seed), len(a.log)))
     img = open(a.image, "rb")
-    bad = []
-    n = 0
-    for line in open(a.log):
-        offset = int(line)
-        img.seek(offset)
-        if img.read(a.write_size) != seq_data(a.seed, offset, a.write_size):
-            bad.append(offset)
-        n += 1
-    if bad:
-        sys.exit("%d of %d acknowledged writes are missing from %s, first at "
-                 "offset %d" % (len(bad), n, a.image, bad[0]))
-    print("%d acknowledged writes of %d bytes present" % (n, a.write_size))
+    rc = 0
+    for i, (seed, log_file) in enumerate(zip(a.seed, a.log)):
+        bad = []
+        n = 0
+        for line in open(log_file):
+            offset = int(line)
+            img.seek(offset)
+            if img.read(a.write_size) != seq_data(seed, offset, a.write_size):
+                bad.append(offset)
+            n += 1
+        if bad:
+            print("writer %d: MISSING: %d of %d acknowledged writes are missing "
+                  "from %s, first at offset %d" % (i, len(bad), n, a.image, bad[0]))
+            rc = 1
+        else:
+            print("writer %d: ok: %d acknowledged writes of %d bytes present"
+                  % (i, n, a.write_size))
+    sys.exit(rc)
 
 
 def snap_order(a):
@@ -411,9 +423,9 @@ def main():
 
     s = sub.add_parser("check-acked")
     s.add_argument("image")
-    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--seed", type=int, action="append", required=True)
     s.add_argument("--write-size", type=int, required=True)
-    s.add_argument("--log", required=True)
+    s.add_argument("--log", action="append", required=True)
     s.set_defaults(fn=cmd_check_acked)
 
     a = p.parse_args()

@@ -353,6 +353,29 @@ batch_fault_case origin-write:3 3 $((3 * per))
 # 259-386 after metadata area 1): a third of the batch written.
 batch_fault_case cow-run:2 2 $per
 
+# check_acked OK-WHAT FAIL-WHAT WRITE-SIZE SEED0 LOG-PREFIX: every write
+# seq-writer w (0-3: seed SEED0+w, log LOG-PREFIXw) logged as acknowledged
+# is on the origin file.  One check-acked run checks the four writers
+# (a Python start each cost more than the check); its line per writer
+# is reported as the writer's own check.
+check_acked() {
+    local ok=$1 bad=$2 ws=$3 seed0=$4 prefix=$5 w args=() out st=0 line n=0
+    for w in 0 1 2 3; do
+        touch "$prefix$w"
+        args+=(--seed $((seed0 + w)) --log "$prefix$w")
+    done
+    out=$(pio check-acked "$origin" --write-size "$ws" "${args[@]}" 2>&1) || st=$?
+    while IFS= read -r line; do
+        case $line in
+            "writer "[0-3]": ok: "*) info "ok: $ok: ${line/: ok: /: }"; n=$((n + 1)) ;;
+            "writer "[0-3]": MISSING: "*) check_fail "$bad: ${line/: MISSING: /: }"; n=$((n + 1)) ;;
+        esac
+    done <<<"$out"
+    if [ "$n" -ne 4 ] || { [ "$st" -ne 0 ] && [[ "$out" != *": MISSING: "* ]]; }; then
+        check_fail "$bad: check-acked exited $st with $n writer lines, not 4: $out"
+    fi
+}
+
 # Concurrent 1 MiB writers, each over its own region, 4 in flight:
 # batches of several connections in the same group commits when the
 # process dies.  The snapshot equals the original; every acknowledged
@@ -380,15 +403,7 @@ batch_concurrent_case() {
                return ;;
         *) check_fail "$spec (batched, 4 writers): nbdkit exited with status $st, expected 137" ;;
     esac
-    for w in 0 1 2 3; do
-        touch "$tmpdir/acked-$w"
-        if out=$(pio check-acked "$origin" --seed $((seed + w)) --write-size $ws \
-                     --log "$tmpdir/acked-$w" 2>&1); then
-            info "ok: $spec: writer $w: $out"
-        else
-            check_fail "$spec (batched, 4 writers): writer $w: $out"
-        fi
-    done
+    check_acked "$spec" "$spec (batched, 4 writers)" $ws $seed "$tmpdir/acked-"
     check_after_crash "batched fault $spec, 4 writers"
 }
 
@@ -443,15 +458,7 @@ flushed_case() {
         esac
     fi
     kill_writers
-    for w in 0 1 2 3; do
-        touch "$tmpdir/flushed-$w"
-        if out=$(pio check-acked "$origin" --seed $((seed + 40 + w)) --write-size $ws \
-                     --log "$tmpdir/flushed-$w" 2>&1); then
-            info "ok: $spec: writer $w: flushed: $out"
-        else
-            check_fail "$spec (flushed writes): writer $w: $out"
-        fi
-    done
+    check_acked "$spec: flushed" "$spec (flushed writes)" $ws $((seed + 40)) "$tmpdir/flushed-"
     check_after_crash "flushed writes, $spec"
 }
 

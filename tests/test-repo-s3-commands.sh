@@ -1,12 +1,14 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Copyright (C) 2026 the snapfg authors
-# The repository tests again, with their repositories in a bucket of a
-# real S3 gateway (Ceph's RADOS Gateway, started once here for all of
-# them: it takes 10-20 s to start).  Each test runs as it does on a
+# The S3 back end alone (tests/test-repo-s3.sh), then the repository
+# tests again with their repositories in a bucket, all against one real
+# S3 gateway (Ceph's RADOS Gateway, started once here for all of them:
+# a start and stop costs 5-10 CPU-seconds, and CI runs this on two
+# releases at once).  Each repository test runs as it does on a
 # directory (SNAPFG_TEST_REPO_BASE=s3://BUCKET/PREFIX; tests/repo-functions.sh
 # gives each its own prefix); the parts that edit a directory
-# repository's files by hand skip themselves.  Which tests:
+# repository's files by hand skip themselves.  Which repository tests:
 # SNAPFG_S3_REPO_TESTS="test-repo-backup ..." (default: all that apply).
 set -u
 source "$(dirname "$0")/functions.sh"
@@ -15,6 +17,14 @@ source "$top_srcdir/tests/s3-functions.sh"
 tests=${SNAPFG_S3_REPO_TESTS:-test-repo-backup test-repo-dedup test-repo-crash test-repo-encrypt test-repo-prune}
 
 s3_gateway_start
+
+# The back end first (in a bucket of its own): if it is broken, that is
+# named before the repository tests fail on it.
+info "=== test-repo-s3 (the back end alone) ==="
+st=0
+"$top_srcdir/tests/test-repo-s3.sh" || st=$?
+[ "$st" -eq 0 ] || check_fail "test-repo-s3 failed on the shared gateway (exit status $st)"
+
 bucket=snapfg-repo-tests
 s3_make_bucket "$bucket"
 export SNAPFG_TEST_REPO_BASE="s3://$bucket/runs"

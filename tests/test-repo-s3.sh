@@ -8,6 +8,8 @@
 # the messages for wrong keys, a missing bucket, a wrong endpoint and a
 # credentials file others may read.  First, without the gateway, the
 # faults a real one does not make on demand (tests/s3-fault-server.py).
+# tests/test-repo-s3-commands.sh runs it on its own gateway (make check
+# runs it that way: one gateway started, not two); by hand it starts one.
 set -u
 source "$(dirname "$0")/functions.sh"
 source "$top_srcdir/tests/s3-functions.sh"
@@ -29,24 +31,26 @@ fault_server() {  # fault_server MODE: start it, set $fault_url
     [ -s "$tmpdir/fault-port" ] || fail "s3-fault-server.py did not start"
     fault_url=http://127.0.0.1:$(cat "$tmpdir/fault-port")
 }
-# No gateway needed, and no signature checked: any keys do.
-export AWS_ACCESS_KEY_ID=fault-test AWS_SECRET_ACCESS_KEY=fault-test
+# No gateway needed, and no signature checked: any keys do.  They are
+# given to each command only: a parent's gateway keys stay in place.
+fault_check() {  # fault_check ARGS...: repo-s3-check against $fault_url
+    AWS_ACCESS_KEY_ID=fault-test AWS_SECRET_ACCESS_KEY=fault-test \
+        S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" "$@"
+}
 fault_server flaky
-S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" flaky s3://fault-bucket/p ||
-    check_fail "503 SlowDown is not retried"
+fault_check flaky s3://fault-bucket/p || check_fail "503 SlowDown is not retried"
 kill "$fault_pid"
 fault_server lost-reply
-S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" lost-reply s3://fault-bucket/p ||
+fault_check lost-reply s3://fault-bucket/p ||
     check_fail "a put if_absent whose reply was lost"
 kill "$fault_pid"
 fault_server broken
-S3_ENDPOINT_OPTION=$fault_url "$REPO_S3_CHECK" open-fails s3://fault-bucket/p \
+fault_check open-fails s3://fault-bucket/p \
     EIO "500" "InternalError" "injected" "s3://fault-bucket/" ||
     check_fail "a gateway that fails every request"
 n=$(grep -c '"GET /fault-bucket?' "$tmpdir/fault-server.log" || true)
 [ "$n" -ge 6 ] || check_fail "500 was tried $n times, not 6 (the retries)"
 kill "$fault_pid"
-unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 
 s3_gateway_start
 bucket=snapfg-backend-test
