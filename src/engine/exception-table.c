@@ -68,6 +68,8 @@ exception_table_init (struct exception_table *t, unsigned stripe_bits)
   if (t->stripes == NULL)
     return -ENOMEM;
   t->stripe_bits = stripe_bits;
+  t->touched = NULL;            /* every region touched until mapped */
+  t->nregions = 0;
   for (size_t i = 0; i < n; ++i) {
     struct exception_stripe *s = &t->stripes[i];
 
