@@ -31,6 +31,12 @@
 # WARM_MIB [2048; 0: off]: memory touched and freed before each timed
 # copy, as in backup-bench.sh (this VM hands free pages back to its
 # host, and a copy after a pause would fault its page cache back in).
+# COLD_ROUNDS [3; 0: off; needs root]: after the rounds, restore against
+# nbdcopy with the page cache dropped before each: the chunks a backup
+# writes bypass the page cache (O_DIRECT), so the rounds' restore reads
+# them from the disk while nbdcopy reads an origin the page cache holds;
+# a restore days after its backup reads from the disk, and so, here,
+# does nbdcopy.
 set -euo pipefail
 size=${1:-1G}
 pct=${CHANGED_PERCENT:-5}
@@ -82,6 +88,7 @@ run() {     # ARGS... -> seconds; the JSON result in $tmp/last.json
     local t0 t1
     sync
     warm
+    drop_caches
     t0=$(now)
     "$tool" --json "$@" >"$tmp/last.json" 2>"$tmp/last.err" ||
         { cat "$tmp/last.err" "$tmp/last.json" >&2; echo "repo-bench: snapfg-backup $* failed" >&2; exit 1; }
@@ -89,12 +96,15 @@ run() {     # ARGS... -> seconds; the JSON result in $tmp/last.json
     elapsed "$t0" "$t1"
 }
 jfield() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$tmp/last.json" "$1"; }
+cold=0
+drop_caches() { [ "$cold" -eq 0 ] || { sync; echo 1 >/proc/sys/vm/drop_caches; }; }
 nbdcopy_round() {   # [--flush]
     local t0 t1
     "$ctl" -S "$tmp/a.ctl" create bench-snap >/dev/null
     rm -f "$tmp/copy.raw"
     sync
     warm
+    drop_caches
     t0=$(now)
     nbdcopy "$@" "$(uri a bench-snap)" "$tmp/copy.raw"
     t1=$(now)
@@ -176,6 +186,19 @@ echo "- full zstd+encrypted / nbdcopy: $(median "${r_enc[@]}") (goal <= 1.5); / 
 echo "- incremental ($pct % changed) / full plain: $(median "${r_incr[@]}") (goal <= 0.15)"
 echo "- restore / nbdcopy: $(median "${r_rest[@]}") (goal <= 1.2); / nbdcopy --flush: $(median "${f_rest[@]}")"
 
+cold_rounds=${COLD_ROUNDS:-3}
+if [ "$cold_rounds" -gt 0 ] && [ -w /proc/sys/vm/drop_caches ]; then
+    cold=1
+    c_rest=()
+    for r in $(seq "$cold_rounds"); do
+        tc=$(nbdcopy_round)
+        tr=$(restore_round)
+        c_rest+=("$(ratio "$tr" "$tc")")
+        echo "  cold round $r: nbdcopy $tc s, restore $tr s"
+    done
+    cold=0
+    echo "- restore / nbdcopy, the page cache dropped before each (a restore days after its backup): $(median "${c_rest[@]}") (median of $cold_rounds)"
+fi
 echo "$dedup_line"
 change 99 65536 >/dev/null
 ts=$(run -S "$tmp/a.ctl" -u "$(uri a)" backup "$tmp/plain" --disk a "${threads[@]}")
