@@ -350,8 +350,10 @@ stretch_end (struct snapfg_snapshot *s, uint64_t pos, uint64_t end,
  * answer stands if they are still untouched, since the origin changes
  * under a chunk only after its region is marked (exception-table.h).
  * The answer costs a few lseeks per stretch instead of a stripe lookup
- * and three lseeks per 64 chunks: 15 ms for a 512 MiB snapshot before,
- * a tenth of a millisecond after.  Touched regions, and stretches that
+ * and three lseeks per 64 chunks: a 512 MiB snapshot's block status,
+ * timed from a client, took 14-15 ms before and 0.2-0.5 ms after.
+ * device_extents answers the whole of what it is asked (its contract),
+ * so the stretch is answered whole.  Touched regions, and stretches that
  * were touched while the origin was asked, are answered chunk by chunk.
  */
 int
