@@ -92,14 +92,22 @@ exception_table_map_regions (struct exception_table *t, uint64_t nchunks)
   return 0;
 }
 
-/* Before an exception of old_chunk is visible to anyone. */
+/* Before an exception of old_chunk is visible to anyone.  Every
+ * copy-out comes here: only the region's first one writes the shared
+ * word (a load is enough once the bit is set, and bits are never
+ * cleared), so that the copy-outs of busy neighbouring regions do not
+ * pass its cache line to and fro.
+ */
 static void
 mark_touched (struct exception_table *t, uint64_t old_chunk)
 {
   uint64_t region = old_chunk >> EXCEPTION_REGION_SHIFT;
+  uint64_t bit = UINT64_C (1) << (region % 64);
 
-  if (t->touched && region < t->nregions)
-    atomic_fetch_or (&t->touched[region / 64], UINT64_C (1) << (region % 64));
+  if (t->touched && region < t->nregions &&
+      !(atomic_load_explicit (&t->touched[region / 64],
+                              memory_order_acquire) & bit))
+    atomic_fetch_or (&t->touched[region / 64], bit);
 }
 
 bool
