@@ -26,7 +26,10 @@
 #   - every listed run restores byte for byte as the origin was;
 #   - a new run succeeds, and after gc --grace 0 (which removes what the
 #     cut left: .tmp files, unreferenced chunks) every run still
-#     restores byte for byte and verify --all passes.
+#     restores byte for byte and verify --all passes.  A registration
+#     of the cut run that survived without its contents counts as a
+#     live writer until it is stale: the test then ages it and runs gc
+#     once more.
 # Needs root (a loop device, mount), nbdfuse and /dev/fuse.
 #
 # SNAPFG_TEST_SEED repeats a run; SNAPFG_POWERCUT_ROUNDS=N runs each
@@ -233,6 +236,28 @@ print(" ".join(str(r["run"]) for d in j["disks"] for r in d["runs"]))' "$tmpdir/
         check_fail "$what: the run after the boot is run $(run_field d1 "$n" run), expected $n"
     rb --json gc "$repo" --grace 0 || check_fail "$what: gc after the boot: $(cat "$tmpdir/rb.log")"
     info "gc after the boot: $(cat "$tmpdir/rb.log")"
+    if [ "$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["live_writers"])' "$tmpdir/rb.log")" -gt 0 ]; then
+        # The cut run's registration survived without its contents (it
+        # is not synced: docs/repository.md), and one that cannot be
+        # read counts as a live writer until it is stale, the safe side;
+        # gc keeps what is younger than such a writer could be.  It must
+        # be the cut run's, not a readable one of a process still here.
+        "$PY" - "$repo/writers" <<'EOF' || check_fail "$what: a live writer after the boot"
+import json, os, sys
+for name in os.listdir(sys.argv[1]):
+    try:
+        j = json.load(open(os.path.join(sys.argv[1], name)))
+    except ValueError:
+        print("registration %s: unreadable (%d bytes), counted live until stale"
+              % (name, os.path.getsize(os.path.join(sys.argv[1], name))))
+        continue
+    assert j.get("host") != os.uname().nodename or not os.path.exists("/proc/%d" % j["pid"]), j
+EOF
+        # Ten minutes later it is stale: gc then takes what the cut left.
+        find "$repo/writers" -type f -exec touch -d '-11 min' {} +
+        rb --json gc "$repo" --grace 0 || check_fail "$what: gc after the boot: $(cat "$tmpdir/rb.log")"
+        info "gc with the cut run's registration stale: $(cat "$tmpdir/rb.log")"
+    fi
     if find "$repo" -name '.tmp.*' | grep -q .; then
         check_fail "$what: gc left .tmp files (path, size, mtime; now $(date +%s)): $(find "$repo" -name '.tmp.*' -printf '%p %s %T@\n' | head -n 3)"
     fi
