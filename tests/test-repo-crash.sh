@@ -75,6 +75,18 @@ if repo_is_dir; then
     "$PY" -c 'import json,sys; j = json.load(open(sys.argv[1])); assert j["live_writers"] == 0, j' \
         "$tmpdir/rb.log" || check_fail "a stale registration still counts: $(cat "$tmpdir/rb.log")"
     rm "$repo/writers/foreign"
+    # A crash between the link of a chunk under its name and the removal
+    # of its temporary name leaves a .tmp that is a second link of the
+    # chunk, and as young as the chunk (each run that keeps it touches
+    # it): gc removes it anyway, and the chunk stays.
+    c=$(repo_chunk_files "$repo" | head -n 1)
+    ln "$c" "$(dirname "$c")/.tmp.0123456789abcdef"
+    touch "$c"
+    rb --json gc "$repo" --grace 0 || check_fail "gc: $(cat "$tmpdir/rb.log")"
+    "$PY" -c 'import json,sys; j = json.load(open(sys.argv[1])); assert j["removed_partial"] == 1 and j["removed_chunks"] == 0, j' \
+        "$tmpdir/rb.log" || check_fail "a linked .tmp: $(cat "$tmpdir/rb.log")"
+    [ ! -e "$(dirname "$c")/.tmp.0123456789abcdef" ] && [ -f "$c" ] ||
+        check_fail "gc did not remove the linked .tmp, or removed its chunk $c"
 fi
 rb verify "$repo" --all || check_fail "verify after gc: $(cat "$tmpdir/rb.log")"
 rb_restores "$repo" d1 1

@@ -700,7 +700,13 @@ dir_sync (struct repo_store *s)
   return r;
 }
 
-/* Remove the temporary files older than older_than under path. */
+/* Remove the temporary files older than older_than under path, and
+ * those of any age that have a second link: sync linked such a file
+ * under its chunk's name and a crash came before it removed the
+ * temporary name.  That name shares the chunk's inode, whose mtime every
+ * run that keeps the chunk refreshes (touch), so it would never age;
+ * removing it only drops a link, never data.
+ */
 static int
 clean_walk (struct repo_store *s, const char *path, int64_t older_than,
             bool dry_run, uint64_t *count)
@@ -727,7 +733,7 @@ clean_walk (struct repo_store *s, const char *path, int64_t older_than,
       r = clean_walk (s, name, older_than, dry_run, count);
     else if (S_ISREG (st.st_mode) &&
              strncmp (e->d_name, TMP_PREFIX, strlen (TMP_PREFIX)) == 0 &&
-             st.st_mtim.tv_sec < older_than) {
+             (st.st_mtim.tv_sec < older_than || st.st_nlink > 1)) {
       if (!dry_run && unlinkat (dir_fd (s), name, 0) == -1 &&
           errno != ENOENT)
         r = io_error (s, name, "unlink", errno);

@@ -99,8 +99,9 @@ struct repo_store_ops {
    *
    * clean_partial: remove what puts that never finished (a crash) left,
    * if it is older than the time given (seconds since the epoch; a put
-   * still going is younger); *count is the number removed (or that
-   * would be, with dry_run).
+   * still going is younger), or at any age if it is already linked
+   * under its name; *count is the number removed (or that would be,
+   * with dry_run).
    */
   int (*put_unsynced) (struct repo_store *s, const char *key,
                        const struct iovec *iov, int iovcnt);
