@@ -5,7 +5,8 @@
 # incremental runs while a writer keeps writing, every point restored
 # byte for byte (to a file and to an NBD export), incrementals that read
 # only the chunks the checkpoint says changed, list's sizes, the
-# server's snapshots and checkpoints after the runs, a disk whose size
+# server's snapshots and checkpoints after the runs, the checkpoints of
+# directory repositories deleted by hand dropped, a disk whose size
 # is not a multiple of the chunk size, and a backup DIR
 # that is not a repository still taking the qcow2 chains.
 
@@ -157,6 +158,60 @@ if repo_is_dir; then
     [ "$du" -eq "$stored" ] || check_fail "list says $stored bytes stored, the chunk files hold $du"
 fi
 rb list "$repo" --disk d1 && grep -q '^  8 .*full' "$tmpdir/rb.log" || check_fail "list's table: $(cat "$tmpdir/rb.log")"
+
+# --- checkpoints of repositories deleted by hand ------------------------------
+# A run drops the server's checkpoints made on this host for a directory
+# repository that is gone or now holds another repository (the chains'
+# D12); one whose directory is there without a repository (a file system
+# not mounted yet) keeps its checkpoint, as does a repository still there.
+if repo_is_dir; then
+    ckpt_of() {   # REPO: its checkpoint on the server (one run, one disk)
+        local id
+        id=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["id"][:8])' "$1/config")
+        repo_checkpoints "$ctl_a" | grep "^snapfg-repo-$id-" || true
+    }
+    other_run() {   # REPO
+        rb -S "$ctl_a" -u "$origin_a" backup "$1" --disk o ||
+            fail "backup into $1: $(cat "$tmpdir/rb.log")"
+    }
+    for r in gone renewed unmounted kept; do
+        rb init "$tmpdir/$r" || fail "init $r: $(cat "$tmpdir/rb.log")"
+        other_run "$tmpdir/$r"
+        printf -v "ck_$r" '%s' "$(ckpt_of "$tmpdir/$r")"
+    done
+    [ -n "$ck_gone" ] && [ -n "$ck_renewed" ] && [ -n "$ck_unmounted" ] && [ -n "$ck_kept" ] ||
+        fail "the runs left no checkpoints: $(repo_checkpoints "$ctl_a")"
+    rm -rf "$tmpdir/gone"
+    rm -rf "$tmpdir/renewed"
+    rb init "$tmpdir/renewed" || fail "init renewed: $(cat "$tmpdir/rb.log")"
+    mv "$tmpdir/unmounted" "$tmpdir/unmounted.away"
+    mkdir "$tmpdir/unmounted"
+    save_origin "$origin_a" "$tmpdir/expect-d1-9.img"
+    rb -S "$ctl_a" -u "$origin_a" backup "$repo" --disk d1 ||
+        fail "backup: $(cat "$tmpdir/rb.log")"
+    for c in "$ck_gone" "$ck_renewed"; do
+        repo_checkpoints "$ctl_a" | grep -qx "$c" &&
+            check_fail "the checkpoint $c of a repository deleted by hand is still on the server"
+        grep -q "dropped checkpoint $c (made for $(hostname):$tmpdir/" "$tmpdir/rb.log" ||
+            check_fail "the run does not say it dropped $c: $(cat "$tmpdir/rb.log")"
+    done
+    for c in "$ck_unmounted" "$ck_kept"; do
+        repo_checkpoints "$ctl_a" | grep -qx "$c" ||
+            check_fail "a run dropped the checkpoint $c of a repository that may still be there"
+    done
+    # The checkpoint the kept repository's next run starts from is there.
+    mv "$tmpdir/unmounted.away"/* "$tmpdir/unmounted/"
+    rb --json -S "$ctl_a" -u "$origin_a" backup "$tmpdir/unmounted" --disk o ||
+        fail "backup into unmounted: $(cat "$tmpdir/rb.log")"
+    grep -q '"type":"incremental"' "$tmpdir/rb.log" ||
+        check_fail "the run after the remount was not incremental: $(cat "$tmpdir/rb.log")"
+    rb_restores "$repo" d1 9
+    # --json lists what it dropped.
+    rm -rf "$tmpdir/kept"
+    rb_run "$repo" d1 a 10
+    [ "$(run_field d1 10 dropped_checkpoints)" = "['$ck_kept']" ] ||
+        check_fail "--json's dropped_checkpoints: $(cat "$tmpdir/run-d1-10.json")"
+fi
 
 # --- a backup DIR that is not a repository keeps the qcow2 chains ---------
 bk -S "$ctl_a" -u "$origin_a" backup "$tmpdir/chain" || fail "qcow2 backup: $(cat "$tmpdir/bk.log")"

@@ -43,6 +43,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "snapfg-error.h"
 #include "snapfg-backup-repo.h"
@@ -84,6 +85,7 @@ struct repo_run {
   pthread_mutex_t lock;
   uint64_t bytes_added, chunks_added, chunks_reused, chunks_zero;
   json_t *stale_ckpts;
+  json_t *dropped;              /* checkpoints of repositories gone */
   int64_t started;
   double t0;
 };
@@ -219,15 +221,75 @@ leftovers_in (struct repo_run *rr, json_t *reply, const char *key)
   return out;
 }
 
-/* The same, asking the server with CMD. */
-static json_t *
-leftovers (struct repo_run *rr, enum control_cmd cmd, const char *key)
+/* Is checkpoint V (an entry of the server's list) one of a repository
+ * deleted by hand?  Only the host that made it can tell, and only for a
+ * directory: named for another repository, made on this host (its
+ * owner is "HOST:PATH#DISK", see snapfgctl checkpoint list) for a
+ * directory PATH that is gone or now holds another repository.  Without
+ * this, such checkpoints stay on the server for good, each tracking
+ * every write.  A directory that exists without a readable repository
+ * (a file system not mounted yet, a damaged config) keeps them, and so
+ * does an S3 repository: its runs, or snapfgctl checkpoint drop, end
+ * them.
+ */
+static bool
+of_repository_gone (struct repo_run *rr, json_t *v)
 {
-  json_t *reply = server_call (rr, control_request (cmd), NULL);
-  json_t *out = leftovers_in (rr, reply, key);
+  const char *n = json_str (v, "name"), *owner = json_str (v, "owner");
+  const char *colon, *hash;
+  char host[256] = "", path[PATH_MAX], id[9] = "";
+  struct repo *other;
+  struct stat st;
+  size_t len;
+  bool gone;
 
-  json_decref (reply);
-  return out;
+  if (n == NULL || owner == NULL ||
+      strncmp (n, NAME_PREFIX, strlen (NAME_PREFIX)) != 0 ||
+      sscanf (n + strlen (NAME_PREFIX), "%8[0-9a-f]-", id) != 1 ||
+      strlen (id) != 8 || strncmp (id, repo_get_id (rr->r), 8) == 0 ||
+      (colon = strchr (owner, ':')) == NULL ||
+      (hash = strrchr (colon, '#')) == NULL)
+    return false;
+  gethostname (host, sizeof host - 1);
+  len = hash - colon - 1;
+  if ((size_t) (colon - owner) != strlen (host) ||
+      strncmp (owner, host, colon - owner) != 0 ||
+      colon[1] != '/' || strstr (colon, "://") || len >= sizeof path)
+    return false;
+  memcpy (path, colon + 1, len);
+  path[len] = '\0';
+  if (lstat (path, &st) == -1)
+    return errno == ENOENT;
+  if (!S_ISDIR (st.st_mode))
+    return false;
+  if (repo_open (path, NULL, NULL, &other) < 0) {
+    snapfg_clear_error ();
+    return false;
+  }
+  gone = strncmp (repo_get_id (other), id, 8) != 0;
+  repo_close (other);
+  return gone;
+}
+
+/* Drop the checkpoints in REPLY of repositories deleted by hand. */
+static void
+drop_orphans (struct repo_run *rr, json_t *reply)
+{
+  json_t *v;
+  size_t i;
+
+  json_array_foreach (json_object_get (reply, "checkpoints"), i, v) {
+    if (!of_repository_gone (rr, v))
+      continue;
+    drop (rr, CONTROL_CHECKPOINT_DROP, json_str (v, "name"));
+    if (rr->dropped == NULL)
+      rr->dropped = json_array ();
+    json_array_append_new (rr->dropped, json_string (json_str (v, "name")));
+    if (!tool_out.json)
+      backup_info ("dropped checkpoint %s (made for %s, no longer a "
+                   "repository of that id)", json_str (v, "name"),
+                   json_str (v, "owner"));
+  }
 }
 
 /* The copy engine's sink: one chunk, hashed already (job->sums). */
@@ -670,6 +732,8 @@ report (struct repo_run *rr)
                           "seconds", secs);
   if (rr->result && rr->group)
     json_object_set_new (rr->result, "group", json_string (rr->group));
+  if (rr->result && rr->dropped)
+    json_object_set (rr->result, "dropped_checkpoints", rr->dropped);
   if (tool_out.json) {
     json_t *o = rr->result ? json_deep_copy (rr->result) : NULL;
 
@@ -699,7 +763,7 @@ repo_run_complete (void *run, const char *group, json_t *info)
 {
   struct repo_run *rr = run;
   struct copy_job *job = &rr->job;
-  json_t *v;
+  json_t *v, *reply;
   char err[1024];
   int status;
   size_t i;
@@ -767,10 +831,15 @@ repo_run_complete (void *run, const char *group, json_t *info)
    * numbered in the order they finish), and a run that finishes later
    * drops this one's in turn.
    */
-  rr->stale_ckpts = leftovers (rr, CONTROL_CHECKPOINT_LIST, "checkpoints");
+  reply = server_call (rr, control_request (CONTROL_CHECKPOINT_LIST), NULL);
+  rr->stale_ckpts = leftovers_in (rr, reply, "checkpoints");
   json_array_foreach (rr->stale_ckpts, i, v)
     if (strcmp (json_string_value (v), rr->name) != 0)
       drop (rr, CONTROL_CHECKPOINT_DROP, json_string_value (v));
+  /* And those of repositories deleted by hand (D12 of the chains). */
+  if (reply)
+    drop_orphans (rr, reply);
+  json_decref (reply);
   report (rr);
   return EXIT_OK;
 }
@@ -790,6 +859,7 @@ repo_run_end (void *run, bool ok)
   repo_index_free (rr->base);
   repo_index_free (rr->ix);
   json_decref (rr->stale_ckpts);
+  json_decref (rr->dropped);
   json_decref (rr->result);
   free (rr->ranges);
   free (rr->sums);
