@@ -69,6 +69,8 @@ required=(
     # tests, demo and benchmark
     libnbd-bin python3 python3-libnbd qemu-utils fio jq
     coreutils diffutils util-linux mount procps socat strace
+    # tests/test-powercut-repo.sh: a repository on ext4 on a loop device
+    e2fsprogs
     # TLS tests (psktool), systemd-analyze verify of the service unit
     gnutls-bin systemd
     # the S3 tests' gateway (tests/s3-functions.sh): a throwaway Ceph
