@@ -136,16 +136,21 @@ server_call (struct repo_run *rr, json_t *req, const char *what)
   return reply;
 }
 
-static void
+/* Drop snapshot or checkpoint NAME: true if the server did; a failure
+ * is a warning (the next run tries again).
+ */
+static bool
 drop (struct repo_run *rr, enum control_cmd cmd, const char *name)
 {
-  json_t *req = control_request (cmd);
+  json_t *req = control_request (cmd), *reply;
   char what[256];
 
   control_request_set_string (req, "name", name);
   snprintf (what, sizeof what, "warning: dropping %s %s",
             cmd == CONTROL_DROP ? "snapshot" : "checkpoint", name);
-  json_decref (server_call (rr, req, what));
+  reply = server_call (rr, req, what);
+  json_decref (reply);
+  return reply != NULL;
 }
 
 /* The run's snapshot is dropped while the run commits: the server's
@@ -279,9 +284,9 @@ drop_orphans (struct repo_run *rr, json_t *reply)
   size_t i;
 
   json_array_foreach (json_object_get (reply, "checkpoints"), i, v) {
-    if (!of_repository_gone (rr, v))
+    if (!of_repository_gone (rr, v) ||
+        !drop (rr, CONTROL_CHECKPOINT_DROP, json_str (v, "name")))
       continue;
-    drop (rr, CONTROL_CHECKPOINT_DROP, json_str (v, "name"));
     if (rr->dropped == NULL)
       rr->dropped = json_array ();
     json_array_append_new (rr->dropped, json_string (json_str (v, "name")));
