@@ -126,9 +126,12 @@ umount_all() {
     done
     mounted=()
 }
+# A clean environment, but for SNAPFG_S3_REPO_TESTS (.ci/run sets it:
+# which repository tests run again on S3; empty means all).
 in_root() {
     chroot "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" \
-        PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
+        PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+        SNAPFG_S3_REPO_TESTS="${SNAPFG_S3_REPO_TESTS:-}" "$@"
 }
 
 mkdir -p "$cache" "$work"

@@ -9,12 +9,14 @@
 # directory (SNAPFG_TEST_REPO_BASE=s3://BUCKET/PREFIX; tests/repo-functions.sh
 # gives each its own prefix); the parts that edit a directory
 # repository's files by hand skip themselves.  Which repository tests:
-# SNAPFG_S3_REPO_TESTS="test-repo-backup ..." (default: all that apply).
+# SNAPFG_S3_REPO_TESTS="test-repo-backup ..." (names separated by spaces
+# or commas; default: all that apply).
 set -u
 source "$(dirname "$0")/functions.sh"
 source "$top_srcdir/tests/s3-functions.sh"
 
 tests=${SNAPFG_S3_REPO_TESTS:-test-repo-backup test-repo-dedup test-repo-crash test-repo-encrypt test-repo-prune}
+tests=${tests//,/ }
 
 s3_gateway_start
 
