@@ -134,23 +134,26 @@ save_origin() {
 # are written at once, and a reader gone is not an error (under
 # pipefail, a BrokenPipeError here failed a check whose grep had
 # matched).
-our_snapshots() { _our_names "$1" snapshots list; }
-our_checkpoints() { _our_names "$1" checkpoints checkpoint list; }
-_our_names() {
-    local sock=$1 key=$2
-    shift 2
+our_snapshots() { _names_with_prefix snapfg-backup- "$1" snapshots list; }
+our_checkpoints() { _names_with_prefix snapfg-backup- "$1" checkpoints checkpoint list; }
+# _names_with_prefix PREFIX SOCK KEY SNAPFGCTL-ARGS...: the names in
+# KEY of snapfgctl's --json answer that start with PREFIX, one a line
+# (repo-functions.sh's repo_snapshots and repo_checkpoints use it too).
+_names_with_prefix() {
+    local prefix=$1 sock=$2 key=$3
+    shift 3
     "$SNAPFGCTL" -S "$sock" --json "$@" |
         "$PY" -c 'import json, os, sys
 try:
     items = json.load(sys.stdin)[sys.argv[1]]
     out = "".join(x["name"] + "\n" for x in items
-                  if x["name"].startswith("snapfg-backup-"))
+                  if x["name"].startswith(sys.argv[3]))
 except Exception as e:
     out = "(snapfgctl %s failed: %s)\n" % (sys.argv[2], e)
 try:
     os.write(1, out.encode())
 except BrokenPipeError:
-    pass' "$key" "$*"
+    pass' "$key" "$*" "$prefix"
 }
 
 # write_random_blocks URI N SEED SIZE: N acknowledged random writes

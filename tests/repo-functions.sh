@@ -108,28 +108,10 @@ j = json.load(sys.stdin)
 print(eval(sys.argv[1]))' "$expr"
 }
 
-# Tests pipe these into grep -q, which stops reading at its first match:
-# the names are written at once and a reader gone is not an error (under
-# pipefail, the BrokenPipeError of a print per name failed a check whose
-# grep had matched), as backup-functions.sh's _our_names does.
-repo_snapshots() { _repo_names "$1" snapshots list; }
-repo_checkpoints() { _repo_names "$1" checkpoints checkpoint list; }
-_repo_names() {
-    local sock=$1 key=$2
-    shift 2
-    "$SNAPFGCTL" -S "$sock" --json "$@" |
-        "$PY" -c 'import json, os, sys
-try:
-    items = json.load(sys.stdin)[sys.argv[1]]
-    out = "".join(x["name"] + "\n" for x in items
-                  if x["name"].startswith("snapfg-repo-"))
-except Exception as e:
-    out = "(snapfgctl %s failed: %s)\n" % (sys.argv[2], e)
-try:
-    os.write(1, out.encode())
-except BrokenPipeError:
-    pass' "$key" "$*"
-}
+# The server's snapshots and checkpoints of repository runs, one a line
+# (written at once: tests pipe them into grep -q; backup-functions.sh).
+repo_snapshots() { _names_with_prefix snapfg-repo- "$1" snapshots list; }
+repo_checkpoints() { _names_with_prefix snapfg-repo- "$1" checkpoints checkpoint list; }
 
 # The chunk objects of a directory repository, one path a line.
 repo_chunk_files() { find "$1/chunks" -type f ! -name '.tmp.*' | sort; }
